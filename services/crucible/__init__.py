@@ -1,0 +1,3 @@
+"""Crucible: model-improvement experiments on Kubernetes with full lineage."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The REST API: thin routes over the core use-cases."""

@@ -1,0 +1,44 @@
+"""The FastAPI application factory."""
+
+import logging
+
+from fastapi import FastAPI
+
+from crucible import __version__
+from crucible.api.errors import install_error_handlers
+from crucible.api.limits import BodySizeLimit
+from crucible.api.observability import ApiMetrics, RequestMetrics
+from crucible.api.routes import health, projects, runs
+from crucible.db import schema
+from crucible.db.engine import build_engine, build_session_factory
+from crucible.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the API. Embedded SQLite upgrades its own schema; Postgres must already be at
+    head (`crucible db upgrade`), because migrating a shared database is an operator's call."""
+    engine = build_engine(settings)
+    if settings.is_sqlite:
+        schema.upgrade(engine)
+    else:
+        schema.ensure_at_head(engine)
+    session_factory = build_session_factory(engine)
+
+    app = FastAPI(
+        title="Crucible",
+        version=__version__,
+        description="Experiments, runs, datasets, checkpoints, evals and their lineage.",
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = session_factory
+    app.state.metrics = ApiMetrics(engine, session_factory)
+
+    install_error_handlers(app)
+    for router in (health.router, projects.router, runs.router):
+        app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,68 @@
+"""Domain and database errors -> HTTP statuses. Nothing a client sends should end in a 500."""
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from crucible.db.schema import SchemaBehind
+from crucible.domain.errors import (
+    Conflict,
+    CrucibleError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    ServiceUnavailable,
+    Unauthenticated,
+)
+
+log = logging.getLogger(__name__)
+
+_STATUS: list[tuple[type[CrucibleError], int]] = [
+    (NotFound, 404),
+    (Conflict, 409),
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (ServiceUnavailable, 503),
+    (SchemaBehind, 503),
+]
+RETRY_AFTER_SECONDS = "2"
+
+
+def _error(status: int, detail: object, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, InvalidInput):
+        return _error(
+            422,
+            [{"loc": ["body", *exc.field.split(".")], "msg": str(exc), "input": exc.value,
+              "type": "value_error"}],
+        )
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+            if status == 503:
+                headers = {"Retry-After": RETRY_AFTER_SECONDS}
+            return _error(status, str(exc), headers)
+    return _error(400, str(exc))
+
+
+async def _integrity_error(_request: Request, exc: Exception) -> JSONResponse:
+    log.info("integrity error mapped to 409: %s", exc)
+    return _error(409, "the request conflicts with existing data (a duplicate or a missing parent)")
+
+
+async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable: %s", type(exc).__name__)
+    return _error(503, "the database is unavailable; retry shortly",
+                  {"Retry-After": RETRY_AFTER_SECONDS})
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(CrucibleError, _domain_error)
+    app.add_exception_handler(IntegrityError, _integrity_error)
+    app.add_exception_handler(OperationalError, _database_down)
+    app.add_exception_handler(DBAPIError, _database_down)

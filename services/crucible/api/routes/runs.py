@@ -1,0 +1,151 @@
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from sse_starlette.sse import EventSourceResponse
+
+from crucible.api.deps import CurrentPrincipal, Uow
+from crucible.api.streaming import event_stream
+from crucible.core import runs
+from crucible.domain.enums import Phase, RunKind
+from crucible.schemas.common import Page
+from crucible.schemas.runs import (
+    AttemptEnd,
+    AttemptPublic,
+    AttemptStart,
+    PhaseReport,
+    RunEventPublic,
+    RunPublic,
+    RunSubmit,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+
+@router.post("/runs", status_code=201, operation_id="submitRun")
+def submit_run(body: RunSubmit, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+    with uow() as session:
+        return runs.submit_run(session=session, principal=principal, run_in=body)
+
+
+@router.get("/runs", operation_id="listRuns")
+def list_runs(
+    uow: Uow,
+    principal: CurrentPrincipal,
+    project: str | None = None,
+    experiment_id: int | None = None,
+    kind: RunKind | None = None,
+    phase: Phase | None = None,
+    tag: Annotated[str | None, Query(description="`key=value`")] = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    sort: Annotated[str, Query(pattern="^(created_at|name|phase)$")] = "created_at",
+    descending: bool = True,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> Page[RunPublic]:
+    with uow() as session:
+        return runs.list_runs(
+            session=session, principal=principal, project=project, experiment_id=experiment_id,
+            kind=kind, phase=phase, tag=tag, created_after=created_after,
+            created_before=created_before, sort=sort, descending=descending, cursor=cursor,
+            limit=limit,
+        )
+
+
+@router.get("/runs/{run_id}", operation_id="getRun")
+def get_run(run_id: int, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+    with uow() as session:
+        return runs.get_run(session=session, principal=principal, run_id=run_id)
+
+
+@router.post("/runs/{run_id}/cancel", operation_id="cancelRun")
+def cancel_run(run_id: int, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+    with uow() as session:
+        return runs.cancel_run(session=session, principal=principal, run_id=run_id)
+
+
+@router.post("/runs/{run_id}/phase", operation_id="reportRunPhase")
+def report_phase(
+    run_id: int, body: PhaseReport, uow: Uow, principal: CurrentPrincipal
+) -> RunPublic:
+    with uow() as session:
+        return runs.report_phase(session=session, principal=principal, run_id=run_id, report=body)
+
+
+@router.get("/runs/{run_id}/attempts", operation_id="listAttempts")
+def list_attempts(run_id: int, uow: Uow, principal: CurrentPrincipal) -> list[AttemptPublic]:
+    with uow() as session:
+        return runs.list_attempts(session=session, principal=principal, run_id=run_id)
+
+
+@router.post("/runs/{run_id}/attempts", status_code=201, operation_id="startAttempt")
+def start_attempt(
+    run_id: int, body: AttemptStart, uow: Uow, principal: CurrentPrincipal
+) -> AttemptPublic:
+    with uow() as session:
+        return runs.start_attempt(session=session, principal=principal, run_id=run_id,
+                                  attempt_in=body)
+
+
+@router.post("/runs/{run_id}/attempts/{number}/end", operation_id="endAttempt")
+def end_attempt(
+    run_id: int, number: int, body: AttemptEnd, uow: Uow, principal: CurrentPrincipal
+) -> AttemptPublic:
+    with uow() as session:
+        return runs.end_attempt(session=session, principal=principal, run_id=run_id,
+                                number=number, attempt_in=body)
+
+
+@router.get("/runs/{run_id}/events", operation_id="listRunEvents")
+def list_events(
+    run_id: int,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    after_id: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> list[RunEventPublic]:
+    with uow() as session:
+        return runs.list_events(session=session, principal=principal, run_id=run_id,
+                                after_id=after_id, limit=limit)
+
+
+@router.get("/runs/{run_id}/events/stream", operation_id="streamRunEvents",
+            response_class=EventSourceResponse)
+def stream_run_events(
+    run_id: int,
+    request: Request,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    last_event_id: Annotated[int, Header(ge=0)] = 0,
+) -> EventSourceResponse:
+    """Server-Sent Events: every new timeline event of the run; resumes from Last-Event-ID."""
+    with uow() as session:  # authorise (and 404) before the stream starts
+        runs.get_run(session=session, principal=principal, run_id=run_id)
+
+    def fetch(after_id: int) -> list[RunEventPublic]:
+        with uow() as session:
+            return runs.list_events(session=session, principal=principal, run_id=run_id,
+                                    after_id=after_id)
+
+    return EventSourceResponse(event_stream(request, fetch, last_event_id))
+
+
+@router.get("/experiments/{experiment_id}/events/stream", operation_id="streamExperimentEvents",
+            response_class=EventSourceResponse, tags=["experiments"])
+def stream_experiment_events(
+    experiment_id: int,
+    request: Request,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    last_event_id: Annotated[int, Header(ge=0)] = 0,
+) -> EventSourceResponse:
+    """Server-Sent Events: timeline events of every run in the experiment."""
+
+    def fetch(after_id: int) -> list[RunEventPublic]:
+        with uow() as session:
+            return runs.list_experiment_events(session=session, principal=principal,
+                                               experiment_id=experiment_id, after_id=after_id)
+
+    fetch(0)  # authorise (and 404) before the stream starts
+    return EventSourceResponse(event_stream(request, fetch, last_event_id))

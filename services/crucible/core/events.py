@@ -1,0 +1,31 @@
+"""The run timeline and the transactional outbox: both written inside the caller's transaction."""
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from crucible.db.tables import OutboxMessage, RunEvent
+
+
+def record_event(
+    session: Session,
+    *,
+    run_id: int,
+    type: str,
+    reason: str = "",
+    message: str = "",
+    data: dict[str, Any] | None = None,
+) -> None:
+    session.add(RunEvent(run_id=run_id, type=type, reason=reason, message=message, data=data or {}))
+
+
+def enqueue(session: Session, *, topic: str, dedupe_key: str, payload: dict[str, Any]) -> None:
+    """Add a follow-up for the workers; committed or rolled back with the change it follows.
+
+    The dedupe key makes the enqueue itself idempotent: a retried request that already
+    enqueued this follow-up adds nothing.
+    """
+    exists = session.scalar(select(OutboxMessage.id).where(OutboxMessage.dedupe_key == dedupe_key))
+    if exists is None:
+        session.add(OutboxMessage(topic=topic, dedupe_key=dedupe_key, payload=payload))

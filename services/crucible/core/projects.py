@@ -1,0 +1,159 @@
+"""Projects and experiments."""
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from crucible.core.access import Principal
+from crucible.core.lookups import get_or_404, project_by_name
+from crucible.core.pagination import paginate
+from crucible.db.tables import Experiment, Project, Run
+from crucible.domain.enums import Role
+from crucible.domain.errors import Conflict
+from crucible.schemas.common import Page
+from crucible.schemas.tenancy import (
+    ExperimentCreate,
+    ExperimentPublic,
+    ExperimentUpdate,
+    ProjectCreate,
+    ProjectPublic,
+    ProjectUpdate,
+)
+
+
+def create_project(
+    *, session: Session, principal: Principal, project_in: ProjectCreate
+) -> ProjectPublic:
+    principal.require_global_admin()
+    namespace = project_in.namespace or project_in.name
+    clash = session.scalar(
+        select(Project).where((Project.name == project_in.name) | (Project.namespace == namespace))
+    )
+    if clash is not None:
+        raise Conflict(f"a project named {clash.name!r} (namespace {clash.namespace!r}) exists")
+    row = Project(name=project_in.name, description=project_in.description, namespace=namespace)
+    session.add(row)
+    session.flush()
+    return ProjectPublic.model_validate(row)
+
+
+def list_projects(
+    *, session: Session, principal: Principal, cursor: str | None, limit: int
+) -> Page[ProjectPublic]:
+    query = select(Project)
+    if principal.project_id is not None:
+        query = query.where(Project.id == principal.project_id)
+    return paginate(
+        session, query, sort=Project.name, id_column=Project.id, descending=False,
+        cursor=cursor, limit=limit, to_public=ProjectPublic.model_validate,
+    )
+
+
+def get_project(*, session: Session, principal: Principal, project_id: int) -> ProjectPublic:
+    row = get_or_404(session, Project, project_id, "project")
+    principal.require(row.id, Role.viewer, entity="project", key=project_id)
+    return ProjectPublic.model_validate(row)
+
+
+def update_project(
+    *, session: Session, principal: Principal, project_id: int, project_in: ProjectUpdate
+) -> ProjectPublic:
+    row = get_or_404(session, Project, project_id, "project")
+    principal.require(row.id, Role.admin, entity="project", key=project_id)
+    for field, value in project_in.model_dump(exclude_unset=True).items():
+        setattr(row, field, value)
+    session.flush()
+    return ProjectPublic.model_validate(row)
+
+
+def delete_project(
+    *, session: Session, principal: Principal, project_id: int, force: bool
+) -> None:
+    row = get_or_404(session, Project, project_id, "project")
+    principal.require(row.id, Role.admin, entity="project", key=project_id)
+    principal.require_global_admin()
+    _refuse_if_runs(session, Run.project_id == row.id, f"project {row.name!r}", force)
+    session.delete(row)
+    session.flush()
+
+
+def create_experiment(
+    *, session: Session, principal: Principal, experiment_in: ExperimentCreate
+) -> ExperimentPublic:
+    project = project_by_name(session, experiment_in.project)
+    principal.require(project.id, Role.editor, entity="project", key=experiment_in.project)
+    row = Experiment(
+        project_id=project.id,
+        name=experiment_in.name,
+        description=experiment_in.description,
+        tags=experiment_in.tags,
+    )
+    session.add(row)
+    try:
+        with session.begin_nested():
+            session.flush()
+    except IntegrityError as exc:
+        raise Conflict(
+            f"experiment {experiment_in.name!r} already exists in project {project.name!r}"
+        ) from exc
+    return ExperimentPublic.model_validate(row)
+
+
+def list_experiments(
+    *,
+    session: Session,
+    principal: Principal,
+    project: str | None,
+    cursor: str | None,
+    limit: int,
+) -> Page[ExperimentPublic]:
+    query = select(Experiment)
+    if project is not None:
+        row = project_by_name(session, project)
+        principal.require(row.id, Role.viewer, entity="project", key=project)
+        query = query.where(Experiment.project_id == row.id)
+    elif principal.project_id is not None:
+        query = query.where(Experiment.project_id == principal.project_id)
+    return paginate(
+        session, query, sort=Experiment.created_at, id_column=Experiment.id, descending=True,
+        cursor=cursor, limit=limit, to_public=ExperimentPublic.model_validate,
+    )
+
+
+def get_experiment(
+    *, session: Session, principal: Principal, experiment_id: int
+) -> ExperimentPublic:
+    row = get_or_404(session, Experiment, experiment_id, "experiment")
+    principal.require(row.project_id, Role.viewer, entity="experiment", key=experiment_id)
+    return ExperimentPublic.model_validate(row)
+
+
+def update_experiment(
+    *,
+    session: Session,
+    principal: Principal,
+    experiment_id: int,
+    experiment_in: ExperimentUpdate,
+) -> ExperimentPublic:
+    row = get_or_404(session, Experiment, experiment_id, "experiment")
+    principal.require(row.project_id, Role.editor, entity="experiment", key=experiment_id)
+    for field, value in experiment_in.model_dump(exclude_unset=True).items():
+        setattr(row, field, value)
+    session.flush()
+    return ExperimentPublic.model_validate(row)
+
+
+def delete_experiment(
+    *, session: Session, principal: Principal, experiment_id: int, force: bool
+) -> None:
+    row = get_or_404(session, Experiment, experiment_id, "experiment")
+    principal.require(row.project_id, Role.editor, entity="experiment", key=experiment_id)
+    _refuse_if_runs(session, Run.experiment_id == row.id, f"experiment {row.name!r}", force)
+    session.delete(row)
+    session.flush()
+
+
+def _refuse_if_runs(session: Session, condition: object, what: str, force: bool) -> None:
+    count = session.scalar(select(func.count()).select_from(Run).where(condition))  # type: ignore[arg-type]
+    if count and not force:
+        raise Conflict(f"{what} has {count} runs; pass force=true to delete them too")

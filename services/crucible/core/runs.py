@@ -1,0 +1,293 @@
+"""Runs: submit, read, cancel, and the phase and attempt reports of the operator/executor."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import TypeAdapter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from crucible.core.access import Principal
+from crucible.core.events import enqueue, record_event
+from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
+from crucible.core.pagination import paginate
+from crucible.db.tables import Attempt, Experiment, Run, RunEvent
+from crucible.domain import reasons
+from crucible.domain.digests import spec_digest
+from crucible.domain.enums import Backend, Phase, Role, RunKind
+from crucible.domain.errors import Conflict, InvalidInput, NotFound
+from crucible.domain.phases import check_transition
+from crucible.domain.specs import (
+    KIND_OF_MANIFEST,
+    EvalJobManifest,
+    Manifest,
+    RolloutJobManifest,
+    TrainingRunManifest,
+)
+from crucible.schemas.common import Page
+from crucible.schemas.runs import (
+    AttemptEnd,
+    AttemptPublic,
+    AttemptStart,
+    PhaseReport,
+    RunEventPublic,
+    RunPublic,
+    RunSubmit,
+)
+
+_manifest_adapter: TypeAdapter[Any] = TypeAdapter(Manifest)
+
+RUN_SORTS = {"created_at": Run.created_at, "name": Run.name, "phase": Run.phase}
+
+
+def gpus_of(manifest: TrainingRunManifest | RolloutJobManifest | EvalJobManifest) -> int:
+    if isinstance(manifest, TrainingRunManifest):
+        return manifest.spec.nodes * manifest.spec.gpus_per_node
+    if isinstance(manifest, RolloutJobManifest):
+        return manifest.spec.replicas * manifest.spec.gpus_per_replica
+    return manifest.spec.gpus
+
+
+def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> RunPublic:
+    """Create a run, or return the existing one when the same submission is repeated."""
+    project = project_by_name(session, run_in.project)
+    principal.require(project.id, Role.editor, entity="project", key=run_in.project)
+    manifest = run_in.manifest
+    kind = KIND_OF_MANIFEST[manifest.kind]
+    manifest_json = manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
+    digest = spec_digest(manifest_json["spec"])
+
+    if run_in.k8s_uid is not None:
+        existing = session.scalar(select(Run).where(Run.k8s_uid == run_in.k8s_uid))
+        if existing is not None:
+            return RunPublic.model_validate(existing)
+    existing = session.scalar(
+        select(Run).where(
+            Run.project_id == project.id, Run.kind == kind, Run.name == manifest.metadata.name
+        )
+    )
+    if existing is not None:
+        if existing.spec_digest == digest and existing.backend == run_in.backend.value:
+            return RunPublic.model_validate(existing)
+        raise Conflict(
+            f"a {manifest.kind} named {manifest.metadata.name!r} already exists in project "
+            f"{project.name!r} with a different spec; pick another name"
+        )
+
+    experiment = experiment_by_name(session, project.id, manifest.spec.experiment)
+    if experiment is None:
+        experiment = Experiment(project_id=project.id, name=manifest.spec.experiment)
+        session.add(experiment)
+        session.flush()
+    is_k8s = run_in.backend is Backend.kubernetes
+    run = Run(
+        project_id=project.id,
+        experiment_id=experiment.id,
+        name=manifest.metadata.name,
+        kind=kind,
+        backend=run_in.backend.value,
+        phase=Phase.Pending.value,
+        reason=reasons.REASON_SUBMITTED,
+        manifest=manifest_json,
+        spec_digest=digest,
+        code_ref=run_in.code_ref,
+        tags=run_in.tags,
+        gpus=gpus_of(manifest),
+        k8s_namespace=(manifest.metadata.namespace or project.namespace) if is_k8s else None,
+        k8s_name=manifest.metadata.name if is_k8s else None,
+        k8s_uid=run_in.k8s_uid,
+    )
+    session.add(run)
+    session.flush()
+    record_event(session, run_id=run.id, type="Submitted", reason=reasons.REASON_SUBMITTED,
+                 message=f"{manifest.kind} submitted to the {run.backend} backend")
+    enqueue(session, topic="run.submitted", dedupe_key=f"run.submitted:{run.id}",
+            payload={"run_id": run.id, "backend": run.backend})
+    return RunPublic.model_validate(run)
+
+
+def parse_manifest(document: dict[str, Any]) -> TrainingRunManifest | RolloutJobManifest | EvalJobManifest:
+    result: TrainingRunManifest | RolloutJobManifest | EvalJobManifest = (
+        _manifest_adapter.validate_python(document)
+    )
+    return result
+
+
+def list_runs(
+    *,
+    session: Session,
+    principal: Principal,
+    project: str | None = None,
+    experiment_id: int | None = None,
+    kind: RunKind | None = None,
+    phase: Phase | None = None,
+    tag: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    sort: str = "created_at",
+    descending: bool = True,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> Page[RunPublic]:
+    query = select(Run)
+    if project is not None:
+        row = project_by_name(session, project)
+        principal.require(row.id, Role.viewer, entity="project", key=project)
+        query = query.where(Run.project_id == row.id)
+    elif principal.project_id is not None:
+        query = query.where(Run.project_id == principal.project_id)
+    if experiment_id is not None:
+        experiment = get_or_404(session, Experiment, experiment_id, "experiment")
+        principal.require(experiment.project_id, Role.viewer, entity="experiment",
+                          key=experiment_id)
+        query = query.where(Run.experiment_id == experiment_id)
+    if kind is not None:
+        query = query.where(Run.kind == kind.value)
+    if phase is not None:
+        query = query.where(Run.phase == phase.value)
+    if tag is not None:
+        key, sep, value = tag.partition("=")
+        if not sep or not key:
+            raise InvalidInput("tag", tag, "filter tags as key=value")
+        query = query.where(Run.tags[key].as_string() == value)
+    if created_after is not None:
+        query = query.where(Run.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(Run.created_at < created_before)
+    if sort not in RUN_SORTS:
+        raise InvalidInput("sort", sort, f"sort by one of {', '.join(RUN_SORTS)}")
+    return paginate(
+        session, query, sort=RUN_SORTS[sort], id_column=Run.id, descending=descending,
+        cursor=cursor, limit=limit, to_public=RunPublic.model_validate,
+    )
+
+
+def load_run(session: Session, principal: Principal, run_id: int, role: Role) -> Run:
+    run = get_or_404(session, Run, run_id, "run")
+    principal.require(run.project_id, role, entity="run", key=run_id)
+    return run
+
+
+def get_run(*, session: Session, principal: Principal, run_id: int) -> RunPublic:
+    return RunPublic.model_validate(load_run(session, principal, run_id, Role.viewer))
+
+
+def cancel_run(*, session: Session, principal: Principal, run_id: int) -> RunPublic:
+    run = load_run(session, principal, run_id, Role.editor)
+    _move(session, run, Phase.Cancelled, reasons.REASON_CANCELLED_BY_USER, "cancelled by user")
+    return RunPublic.model_validate(run)
+
+
+def report_phase(
+    *, session: Session, principal: Principal, run_id: int, report: PhaseReport
+) -> RunPublic:
+    run = load_run(session, principal, run_id, Role.editor)
+    if Phase(run.phase) is not report.phase:
+        _move(session, run, report.phase, report.reason, report.message)
+    return RunPublic.model_validate(run)
+
+
+def _move(session: Session, run: Run, phase: Phase, reason: str, message: str) -> None:
+    """Apply one state-machine transition with its timestamps, event and follow-up."""
+    check_transition(Phase(run.phase), phase)
+    now = datetime.now(UTC)
+    run.phase, run.reason, run.message = phase.value, reason, message
+    if phase is Phase.Running and run.started_at is None:
+        run.started_at = now
+    if phase.is_terminal:
+        run.finished_at = now
+        enqueue(session, topic="run.finished", dedupe_key=f"run.finished:{run.id}",
+                payload={"run_id": run.id, "phase": phase.value})
+    record_event(session, run_id=run.id, type="PhaseChanged", reason=reason, message=message,
+                 data={"phase": phase.value})
+    session.flush()
+
+
+def start_attempt(
+    *, session: Session, principal: Principal, run_id: int, attempt_in: AttemptStart
+) -> AttemptPublic:
+    run = load_run(session, principal, run_id, Role.editor)
+    if Phase(run.phase).is_terminal:
+        raise Conflict(f"run {run.id} is {run.phase}; it takes no new attempts")
+    open_attempt = session.scalar(
+        select(Attempt).where(Attempt.run_id == run.id, Attempt.ended_at.is_(None))
+    )
+    if open_attempt is not None:
+        raise Conflict(f"attempt {open_attempt.number} of run {run.id} has not ended yet")
+    run.attempt_count += 1
+    attempt = Attempt(
+        run_id=run.id,
+        number=run.attempt_count,
+        start_reason=attempt_in.reason.value,
+        resumed_from_checkpoint_id=attempt_in.resumed_from_checkpoint_id,
+        started_at=datetime.now(UTC),
+    )
+    session.add(attempt)
+    session.flush()
+    record_event(session, run_id=run.id, type="AttemptStarted", reason=attempt_in.reason.value,
+                 message=f"attempt {attempt.number} started",
+                 data={"attempt": attempt.number,
+                       "resumed_from_checkpoint_id": attempt_in.resumed_from_checkpoint_id})
+    return AttemptPublic.model_validate(attempt)
+
+
+def end_attempt(
+    *, session: Session, principal: Principal, run_id: int, number: int, attempt_in: AttemptEnd
+) -> AttemptPublic:
+    run = load_run(session, principal, run_id, Role.editor)
+    attempt = session.scalar(
+        select(Attempt).where(Attempt.run_id == run.id, Attempt.number == number)
+    )
+    if attempt is None:
+        raise NotFound("attempt", f"{run_id}/{number}")
+    if attempt.ended_at is not None:
+        if (attempt.end_reason, attempt.exit_code) == (attempt_in.end_reason, attempt_in.exit_code):
+            return AttemptPublic.model_validate(attempt)  # a retried report
+        raise Conflict(f"attempt {number} of run {run_id} already ended ({attempt.end_reason})")
+    attempt.end_reason = attempt_in.end_reason
+    attempt.exit_code = attempt_in.exit_code
+    attempt.message = attempt_in.message
+    attempt.ended_at = datetime.now(UTC)
+    record_event(session, run_id=run.id, type="AttemptEnded", reason=attempt_in.end_reason,
+                 message=attempt_in.message or f"attempt {number} ended",
+                 data={"attempt": number, "exit_code": attempt_in.exit_code})
+    enqueue(session, topic="attempt.ended", dedupe_key=f"attempt.ended:{run.id}:{number}",
+            payload={"run_id": run.id, "attempt": number, "end_reason": attempt_in.end_reason,
+                     "exit_code": attempt_in.exit_code})
+    session.flush()
+    return AttemptPublic.model_validate(attempt)
+
+
+def list_attempts(*, session: Session, principal: Principal, run_id: int) -> list[AttemptPublic]:
+    run = load_run(session, principal, run_id, Role.viewer)
+    rows = session.scalars(select(Attempt).where(Attempt.run_id == run.id).order_by(Attempt.number))
+    return [AttemptPublic.model_validate(r) for r in rows]
+
+
+def list_events(
+    *, session: Session, principal: Principal, run_id: int, after_id: int = 0, limit: int = 500
+) -> list[RunEventPublic]:
+    run = load_run(session, principal, run_id, Role.viewer)
+    rows = session.scalars(
+        select(RunEvent)
+        .where(RunEvent.run_id == run.id, RunEvent.id > after_id)
+        .order_by(RunEvent.id)
+        .limit(limit)
+    )
+    return [RunEventPublic.model_validate(r) for r in rows]
+
+
+def list_experiment_events(
+    *, session: Session, principal: Principal, experiment_id: int, after_id: int = 0,
+    limit: int = 500,
+) -> list[RunEventPublic]:
+    experiment = get_or_404(session, Experiment, experiment_id, "experiment")
+    principal.require(experiment.project_id, Role.viewer, entity="experiment", key=experiment_id)
+    rows = session.scalars(
+        select(RunEvent)
+        .join(Run, Run.id == RunEvent.run_id)
+        .where(Run.experiment_id == experiment_id, RunEvent.id > after_id)
+        .order_by(RunEvent.id)
+        .limit(limit)
+    )
+    return [RunEventPublic.model_validate(r) for r in rows]

@@ -1,0 +1,35 @@
+"""All tables, imported here so `Base.metadata` is complete for Alembic and tests."""
+
+from crucible.db.tables.base import Base
+from crucible.db.tables.lineage import (
+    Checkpoint,
+    Dataset,
+    DatasetVersion,
+    EvalResult,
+    LineageEdge,
+    RunInput,
+)
+from crucible.db.tables.metrics import MetricPoint, MetricSeries
+from crucible.db.tables.plumbing import IdempotencyRecord, OutboxMessage
+from crucible.db.tables.runs import Attempt, Run, RunEvent
+from crucible.db.tables.tenancy import ApiToken, Experiment, Project
+
+__all__ = [
+    "ApiToken",
+    "Attempt",
+    "Base",
+    "Checkpoint",
+    "Dataset",
+    "DatasetVersion",
+    "EvalResult",
+    "Experiment",
+    "IdempotencyRecord",
+    "LineageEdge",
+    "MetricPoint",
+    "MetricSeries",
+    "OutboxMessage",
+    "Project",
+    "Run",
+    "RunEvent",
+    "RunInput",
+]

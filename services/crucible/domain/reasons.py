@@ -1,0 +1,26 @@
+"""Condition types and reasons, shared by the control plane, the operator and the workers.
+
+Kept in one module so a reason string is never spelled two ways (as in jobset/kueue).
+"""
+
+# Condition types
+CONDITION_READY = "Ready"
+CONDITION_SCHEDULED = "Scheduled"
+CONDITION_INPUTS_READY = "InputsReady"
+CONDITION_SUCCEEDED = "Succeeded"
+
+# Reasons a run or attempt ended or is waiting
+REASON_COMPLETED = "Completed"
+REASON_CANCELLED_BY_USER = "CancelledByUser"
+REASON_PREEMPTED = "Preempted"
+REASON_EVICTED = "Evicted"
+REASON_NODE_LOST = "NodeLost"
+REASON_HEARTBEAT_TIMEOUT = "HeartbeatTimeout"
+REASON_OOM_KILLED = "OOMKilled"
+REASON_ERROR_EXIT = "ErrorExit"
+REASON_REACHED_MAX_INTERRUPTIONS = "ReachedMaxInterruptions"
+REASON_REACHED_MAX_FAILURES = "ReachedMaxFailures"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_INPUTS_MISSING = "InputsMissing"
+REASON_PRODUCER_FAILED = "ProducerFailed"
+REASON_SUBMITTED = "Submitted"

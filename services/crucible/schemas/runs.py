@@ -1,0 +1,86 @@
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field
+
+from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
+from crucible.domain.specs import Manifest
+from crucible.schemas.common import ApiModel, PublicModel, Tags
+
+
+class RunSubmit(ApiModel):
+    project: str = Field(min_length=1, max_length=63, description="Project name.")
+    manifest: Manifest = Field(description="A TrainingRun, RolloutJob or EvalJob, as for kubectl.")
+    backend: Backend = Backend.local
+    tags: Tags = Field(default_factory=dict)
+    code_ref: str = Field(default="", max_length=300, description="Image digest or git commit.")
+    k8s_uid: str | None = Field(
+        default=None, max_length=64, description="Set by the operator for kubectl-applied runs."
+    )
+
+
+class RunPublic(PublicModel):
+    id: int
+    project_id: int
+    experiment_id: int
+    name: str
+    kind: RunKind
+    backend: Backend
+    phase: Phase
+    reason: str
+    message: str
+    manifest: dict[str, Any]
+    spec_digest: str
+    code_ref: str
+    tags: dict[str, str]
+    gpus: int
+    k8s_namespace: str | None
+    k8s_name: str | None
+    k8s_uid: str | None
+    attempt_count: int
+    latest_step: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+
+class PhaseReport(ApiModel):
+    phase: Phase
+    reason: str = Field(default="", max_length=64)
+    message: str = Field(default="", max_length=4000)
+
+
+class AttemptStart(ApiModel):
+    reason: AttemptReason = AttemptReason.initial
+    resumed_from_checkpoint_id: int | None = Field(default=None, ge=1)
+
+
+class AttemptEnd(ApiModel):
+    end_reason: str = Field(min_length=1, max_length=64)
+    exit_code: int | None = None
+    message: str = Field(default="", max_length=4000)
+
+
+class AttemptPublic(PublicModel):
+    id: int
+    run_id: int
+    number: int
+    start_reason: AttemptReason
+    resumed_from_checkpoint_id: int | None
+    end_reason: str | None
+    exit_code: int | None
+    message: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class RunEventPublic(PublicModel):
+    id: int
+    run_id: int
+    type: str
+    reason: str
+    message: str
+    data: dict[str, Any]
+    created_at: datetime

@@ -1,0 +1,50 @@
+"""Configuration from the environment. Built by `load_settings()`, never at import time."""
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOME = Path.home() / ".crucible"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CRUCIBLE_", extra="ignore")
+
+    home: Path = Field(default=DEFAULT_HOME, description="Local state: SQLite DB, token, logs.")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default: SQLite file under home."
+    )
+    broker_url: str | None = Field(default=None, description="Celery broker (redis://...).")
+    api_url: str = Field(default="http://127.0.0.1:8080", description="Control-plane URL.")
+    token: SecretStr | None = Field(default=None, description="Client API token.")
+    admin_token: SecretStr | None = Field(
+        default=None, description="Accepted as a global admin token (automation, tests)."
+    )
+    max_body_bytes: int = Field(
+        default=16 * 1024 * 1024, description="Requests with a larger body get 413."
+    )
+    db_pool_size: int = Field(default=10, ge=1)
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'crucible.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def local_token_file(self) -> Path:
+        """Where the embedded mode saves the admin token for this user's CLI."""
+        return self.home / "token"
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]

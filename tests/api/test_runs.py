@@ -1,0 +1,99 @@
+"""Submitting runs and driving them through the phase state machine."""
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_project, submit, training_run
+
+
+def test_submit_creates_run_and_experiment_and_is_idempotent(admin: TestClient) -> None:
+    make_project(admin)
+    run = submit(admin)
+    assert run["phase"] == "Pending"
+    assert run["kind"] == "train"
+    again = submit(admin)
+    assert again["id"] == run["id"]
+    experiments = admin.get("/api/v1/experiments", params={"project": "vision"}).json()["items"]
+    assert [e["name"] for e in experiments] == ["exp"]
+
+
+def test_same_name_with_other_spec_conflicts(admin: TestClient) -> None:
+    make_project(admin)
+    submit(admin)
+    other = training_run(nodes=2)
+    response = admin.post("/api/v1/runs", json={"project": "vision", "manifest": other})
+    assert response.status_code == 409
+    assert "different spec" in response.json()["detail"]
+
+
+def test_invalid_manifest_names_the_field(admin: TestClient) -> None:
+    make_project(admin)
+    bad = training_run(gpusPerNode=-1)
+    response = admin.post("/api/v1/runs", json={"project": "vision", "manifest": bad})
+    assert response.status_code == 422
+    errors = response.json()["detail"]
+    assert any(e["loc"][-1] == "gpusPerNode" and e["input"] == -1 for e in errors), errors
+
+
+def test_phase_machine_accepts_valid_and_refuses_invalid(admin: TestClient) -> None:
+    make_project(admin)
+    run_id = submit(admin)["id"]
+    for phase in ("Scheduling", "Running"):
+        response = admin.post(f"/api/v1/runs/{run_id}/phase", json={"phase": phase})
+        assert response.status_code == 200, response.text
+    repeated = admin.post(f"/api/v1/runs/{run_id}/phase", json={"phase": "Running"})
+    assert repeated.status_code == 200
+    bad = admin.post(f"/api/v1/runs/{run_id}/phase", json={"phase": "Pending"})
+    assert bad.status_code == 409
+    assert "Running" in bad.json()["detail"] and "Pending" in bad.json()["detail"]
+    done = admin.post(f"/api/v1/runs/{run_id}/phase", json={"phase": "Succeeded"}).json()
+    assert done["finished_at"] is not None and done["started_at"] is not None
+    events = admin.get(f"/api/v1/runs/{run_id}/events").json()
+    assert [e["type"] for e in events] == ["Submitted"] + ["PhaseChanged"] * 3
+
+
+def test_attempts_start_end_and_refuse_overlap(admin: TestClient) -> None:
+    make_project(admin)
+    run_id = submit(admin)["id"]
+    first = admin.post(f"/api/v1/runs/{run_id}/attempts", json={})
+    assert first.status_code == 201 and first.json()["number"] == 1
+    overlap = admin.post(f"/api/v1/runs/{run_id}/attempts", json={"reason": "preemption"})
+    assert overlap.status_code == 409
+    end = {"end_reason": "Preempted", "exit_code": 143}
+    assert admin.post(f"/api/v1/runs/{run_id}/attempts/1/end", json=end).status_code == 200
+    retried = admin.post(f"/api/v1/runs/{run_id}/attempts/1/end", json=end)
+    assert retried.status_code == 200
+    second = admin.post(f"/api/v1/runs/{run_id}/attempts", json={"reason": "preemption"})
+    assert second.json()["number"] == 2
+    attempts = admin.get(f"/api/v1/runs/{run_id}/attempts").json()
+    assert [(a["number"], a["start_reason"]) for a in attempts] == [
+        (1, "initial"), (2, "preemption")]
+
+
+def test_cancel_twice_is_a_conflict(admin: TestClient) -> None:
+    make_project(admin)
+    run_id = submit(admin)["id"]
+    assert admin.post(f"/api/v1/runs/{run_id}/cancel").json()["phase"] == "Cancelled"
+    assert admin.post(f"/api/v1/runs/{run_id}/cancel").status_code == 409
+
+
+def test_list_runs_paginates_filters_and_sorts(admin: TestClient) -> None:
+    make_project(admin)
+    ids = [submit(admin, name=f"run-{i}")["id"] for i in range(5)]
+    admin.post(f"/api/v1/runs/{ids[0]}/cancel")
+    seen: list[int] = []
+    cursor = None
+    while True:
+        params: dict[str, object] = {"project": "vision", "limit": 2, "sort": "name",
+                                     "descending": False}
+        if cursor:
+            params["cursor"] = cursor
+        page = admin.get("/api/v1/runs", params=params).json()
+        seen += [r["id"] for r in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ids
+    cancelled = admin.get("/api/v1/runs", params={"phase": "Cancelled"}).json()["items"]
+    assert [r["id"] for r in cancelled] == [ids[0]]
+    garbage = admin.get("/api/v1/runs", params={"cursor": "not-a-cursor"})
+    assert garbage.status_code == 422

@@ -1,0 +1,125 @@
+"""Shared fixtures: the control plane on SQLite and on the real Postgres of scripts/services.
+
+Tests that take `database_url` (directly or through `app`/`admin`) run once per backend.
+The Postgres variant is marked `postgres` and fails, never skips, when Postgres is down:
+run `eval "$(scripts/services up)"` first, or deselect with `-m "not postgres"`.
+"""
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from crucible.api.app import create_app
+from crucible.db import schema
+from crucible.db.tables import Base
+from crucible.settings import Settings, load_settings
+
+ADMIN_TOKEN = "cru_test-admin-token"
+DEFAULT_PG_URL = "postgresql+psycopg://crucible:crucible@127.0.0.1:15432/crucible_test"
+
+
+def postgres_url() -> str:
+    return os.environ.get("CRUCIBLE_TEST_DATABASE_URL", DEFAULT_PG_URL)
+
+
+@pytest.fixture(scope="session")
+def _postgres_at_head() -> str:
+    """Upgrade the test database once; each test then starts from empty tables."""
+    url = postgres_url()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:
+        pytest.fail(f"Postgres at {url} is not reachable ({exc}); run scripts/services up")
+    schema.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def _truncate_all(url: str) -> None:
+    engine = create_engine(url)
+    names = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    with engine.begin() as connection:
+        connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'crucible.db'}"
+    url: str = request.getfixturevalue("_postgres_at_head")
+    _truncate_all(url)
+    return url
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return load_settings(home=tmp_path / "home", database_url=database_url,
+                         admin_token=ADMIN_TOKEN)
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[FastAPI]:
+    if not settings.is_sqlite:
+        schema.upgrade(create_engine(settings.resolved_database_url))
+    application = create_app(settings)
+    yield application
+    application.state.engine.dispose()
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    """An unauthenticated client."""
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def admin(app: FastAPI) -> Iterator[TestClient]:
+    """A client holding the global admin token."""
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as test_client:
+        yield test_client
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def make_project(admin: TestClient, name: str = "vision") -> dict[str, object]:
+    response = admin.post("/api/v1/projects", json={"name": name})
+    assert response.status_code == 201, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def make_token(admin: TestClient, project: str, role: str) -> str:
+    response = admin.post("/api/v1/tokens", json={"name": f"{project}-{role}", "project": project,
+                                                   "role": role})
+    assert response.status_code == 201, response.text
+    token: str = response.json()["token"]
+    return token
+
+
+def training_run(name: str = "sft-1", experiment: str = "exp", **spec: object) -> dict[str, object]:
+    """A minimal valid TrainingRun manifest."""
+    return {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {"experiment": experiment, **spec},
+    }
+
+
+def submit(admin: TestClient, project: str = "vision", name: str = "sft-1") -> dict[str, object]:
+    manifest = training_run(name=name)
+    response = admin.post("/api/v1/runs", json={"project": project, "manifest": manifest})
+    assert response.status_code == 201, response.text
+    body: dict[str, object] = response.json()
+    return body
