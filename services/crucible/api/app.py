@@ -8,7 +8,7 @@ from crucible import __version__
 from crucible.api.errors import install_error_handlers
 from crucible.api.limits import BodySizeLimit
 from crucible.api.observability import ApiMetrics, RequestMetrics
-from crucible.api.routes import health, projects, runs
+from crucible.api.routes import health, lineage, metrics, projects, runs
 from crucible.db import schema
 from crucible.db.engine import build_engine, build_session_factory
 from crucible.settings import Settings
@@ -37,7 +37,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = ApiMetrics(engine, session_factory)
 
     install_error_handlers(app)
-    for router in (health.router, projects.router, runs.router):
+    for router in (health.router, projects.router, runs.router, metrics.router, lineage.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
