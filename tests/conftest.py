@@ -61,8 +61,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    return load_settings(home=tmp_path / "home", database_url=database_url,
-                         admin_token=ADMIN_TOKEN)
+    return load_settings(home=tmp_path / "home", database_url=database_url, admin_token=ADMIN_TOKEN)
 
 
 @pytest.fixture
@@ -100,8 +99,9 @@ def make_project(admin: TestClient, name: str = "vision") -> dict[str, object]:
 
 
 def make_token(admin: TestClient, project: str, role: str) -> str:
-    response = admin.post("/api/v1/tokens", json={"name": f"{project}-{role}", "project": project,
-                                                   "role": role})
+    response = admin.post(
+        "/api/v1/tokens", json={"name": f"{project}-{role}", "project": project, "role": role}
+    )
     assert response.status_code == 201, response.text
     token: str = response.json()["token"]
     return token

@@ -66,7 +66,9 @@ def test_attempts_start_end_and_refuse_overlap(admin: TestClient) -> None:
     assert second.json()["number"] == 2
     attempts = admin.get(f"/api/v1/runs/{run_id}/attempts").json()
     assert [(a["number"], a["start_reason"]) for a in attempts] == [
-        (1, "initial"), (2, "preemption")]
+        (1, "initial"),
+        (2, "preemption"),
+    ]
 
 
 def test_cancel_twice_is_a_conflict(admin: TestClient) -> None:
@@ -83,8 +85,12 @@ def test_list_runs_paginates_filters_and_sorts(admin: TestClient) -> None:
     seen: list[int] = []
     cursor = None
     while True:
-        params: dict[str, object] = {"project": "vision", "limit": 2, "sort": "name",
-                                     "descending": False}
+        params: dict[str, object] = {
+            "project": "vision",
+            "limit": 2,
+            "sort": "name",
+            "descending": False,
+        }
         if cursor:
             params["cursor"] = cursor
         page = admin.get("/api/v1/runs", params=params).json()

@@ -38,8 +38,14 @@ async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, InvalidInput):
         return _error(
             422,
-            [{"loc": ["body", *exc.field.split(".")], "msg": str(exc), "input": exc.value,
-              "type": "value_error"}],
+            [
+                {
+                    "loc": ["body", *exc.field.split(".")],
+                    "msg": str(exc),
+                    "input": exc.value,
+                    "type": "value_error",
+                }
+            ],
         )
     for cls, status in _STATUS:
         if isinstance(exc, cls):
@@ -57,8 +63,9 @@ async def _integrity_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable: %s", type(exc).__name__)
-    return _error(503, "the database is unavailable; retry shortly",
-                  {"Retry-After": RETRY_AFTER_SECONDS})
+    return _error(
+        503, "the database is unavailable; retry shortly", {"Retry-After": RETRY_AFTER_SECONDS}
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -33,12 +33,17 @@ class BodySizeLimit:
             await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = (
-            b'{"detail":"request body larger than the limit of %d bytes"}' % self.max_bytes
+        body = b'{"detail":"request body larger than the limit of %d bytes"}' % self.max_bytes
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
         )
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -8,7 +8,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crucible.db.tables import Run
@@ -18,16 +17,21 @@ class ApiMetrics:
     def __init__(self, engine: Engine, session_factory: sessionmaker[Session]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "crucible_http_requests_total", "HTTP requests by route template and status.",
-            ["method", "route", "status"], registry=self.registry,
+            "crucible_http_requests_total",
+            "HTTP requests by route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
         )
         self.latency = Histogram(
-            "crucible_http_request_duration_seconds", "HTTP request latency by route template.",
-            ["method", "route"], registry=self.registry,
+            "crucible_http_request_duration_seconds",
+            "HTTP request latency by route template.",
+            ["method", "route"],
+            registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.points_ingested = Counter(
-            "crucible_metric_points_ingested_total", "Metric points accepted (new, not dupes).",
+            "crucible_metric_points_ingested_total",
+            "Metric points accepted (new, not dupes).",
             registry=self.registry,
         )
         self.registry.register(_StateCollector(engine, session_factory))
@@ -42,8 +46,9 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         pool = self.engine.pool
-        in_use = GaugeMetricFamily("crucible_db_pool_connections_in_use",
-                                   "Database connections checked out of the pool.")
+        in_use = GaugeMetricFamily(
+            "crucible_db_pool_connections_in_use", "Database connections checked out of the pool."
+        )
         in_use.add_metric([], float(getattr(pool, "checkedout", lambda: 0)()))
         yield in_use
         by_phase = GaugeMetricFamily("crucible_runs", "Runs by phase.", labels=["phase"])
@@ -52,7 +57,7 @@ class _StateCollector(Collector):
                 rows = session.execute(select(Run.phase, func.count()).group_by(Run.phase))
                 for phase, count in rows:
                     by_phase.add_metric([phase], float(count))
-        except Exception:  # noqa: BLE001, S110 - a scrape must not fail because the DB is down
+        except Exception:  # noqa: S110 - a scrape must not fail because the DB is down
             pass
         yield by_phase
 
@@ -68,7 +73,6 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        route = _route_template(scope)
         status = 500
         started = time.perf_counter()
 
@@ -81,15 +85,12 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            method = scope["method"]
+            method, route = scope["method"], _route_template(scope)
             self.metrics.requests.labels(method, route, str(status)).inc()
             self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
 
 
 def _route_template(scope: Scope) -> str:
-    app = scope.get("app")
-    for route in getattr(getattr(app, "router", None), "routes", []):
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return str(getattr(route, "path", "unmatched"))
-    return "unmatched"
+    """The matched route's template (`/api/v1/runs/{run_id}`), set in the scope by routing."""
+    route = scope.get("route")
+    return str(getattr(route, "path_format", None) or getattr(route, "path", "unmatched"))

@@ -35,7 +35,7 @@ def decode_cursor(cursor: str) -> tuple[Any, int]:
 
 def paginate(
     session: Session,
-    query: Select[tuple[Any]],
+    query: Select[Any],
     *,
     sort: InstrumentedAttribute[Any],
     id_column: InstrumentedAttribute[int],

@@ -44,8 +44,14 @@ def list_projects(
     if principal.project_id is not None:
         query = query.where(Project.id == principal.project_id)
     return paginate(
-        session, query, sort=Project.name, id_column=Project.id, descending=False,
-        cursor=cursor, limit=limit, to_public=ProjectPublic.model_validate,
+        session,
+        query,
+        sort=Project.name,
+        id_column=Project.id,
+        descending=False,
+        cursor=cursor,
+        limit=limit,
+        to_public=ProjectPublic.model_validate,
     )
 
 
@@ -66,9 +72,7 @@ def update_project(
     return ProjectPublic.model_validate(row)
 
 
-def delete_project(
-    *, session: Session, principal: Principal, project_id: int, force: bool
-) -> None:
+def delete_project(*, session: Session, principal: Principal, project_id: int, force: bool) -> None:
     row = get_or_404(session, Project, project_id, "project")
     principal.require(row.id, Role.admin, entity="project", key=project_id)
     principal.require_global_admin()
@@ -115,8 +119,14 @@ def list_experiments(
     elif principal.project_id is not None:
         query = query.where(Experiment.project_id == principal.project_id)
     return paginate(
-        session, query, sort=Experiment.created_at, id_column=Experiment.id, descending=True,
-        cursor=cursor, limit=limit, to_public=ExperimentPublic.model_validate,
+        session,
+        query,
+        sort=Experiment.created_at,
+        id_column=Experiment.id,
+        descending=True,
+        cursor=cursor,
+        limit=limit,
+        to_public=ExperimentPublic.model_validate,
     )
 
 

@@ -99,14 +99,25 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
     )
     session.add(run)
     session.flush()
-    record_event(session, run_id=run.id, type="Submitted", reason=reasons.REASON_SUBMITTED,
-                 message=f"{manifest.kind} submitted to the {run.backend} backend")
-    enqueue(session, topic="run.submitted", dedupe_key=f"run.submitted:{run.id}",
-            payload={"run_id": run.id, "backend": run.backend})
+    record_event(
+        session,
+        run_id=run.id,
+        type="Submitted",
+        reason=reasons.REASON_SUBMITTED,
+        message=f"{manifest.kind} submitted to the {run.backend} backend",
+    )
+    enqueue(
+        session,
+        topic="run.submitted",
+        dedupe_key=f"run.submitted:{run.id}",
+        payload={"run_id": run.id, "backend": run.backend},
+    )
     return RunPublic.model_validate(run)
 
 
-def parse_manifest(document: dict[str, Any]) -> TrainingRunManifest | RolloutJobManifest | EvalJobManifest:
+def parse_manifest(
+    document: dict[str, Any],
+) -> TrainingRunManifest | RolloutJobManifest | EvalJobManifest:
     result: TrainingRunManifest | RolloutJobManifest | EvalJobManifest = (
         _manifest_adapter.validate_python(document)
     )
@@ -138,8 +149,9 @@ def list_runs(
         query = query.where(Run.project_id == principal.project_id)
     if experiment_id is not None:
         experiment = get_or_404(session, Experiment, experiment_id, "experiment")
-        principal.require(experiment.project_id, Role.viewer, entity="experiment",
-                          key=experiment_id)
+        principal.require(
+            experiment.project_id, Role.viewer, entity="experiment", key=experiment_id
+        )
         query = query.where(Run.experiment_id == experiment_id)
     if kind is not None:
         query = query.where(Run.kind == kind.value)
@@ -157,8 +169,14 @@ def list_runs(
     if sort not in RUN_SORTS:
         raise InvalidInput("sort", sort, f"sort by one of {', '.join(RUN_SORTS)}")
     return paginate(
-        session, query, sort=RUN_SORTS[sort], id_column=Run.id, descending=descending,
-        cursor=cursor, limit=limit, to_public=RunPublic.model_validate,
+        session,
+        query,
+        sort=RUN_SORTS[sort],
+        id_column=Run.id,
+        descending=descending,
+        cursor=cursor,
+        limit=limit,
+        to_public=RunPublic.model_validate,
     )
 
 
@@ -196,10 +214,20 @@ def _move(session: Session, run: Run, phase: Phase, reason: str, message: str) -
         run.started_at = now
     if phase.is_terminal:
         run.finished_at = now
-        enqueue(session, topic="run.finished", dedupe_key=f"run.finished:{run.id}",
-                payload={"run_id": run.id, "phase": phase.value})
-    record_event(session, run_id=run.id, type="PhaseChanged", reason=reason, message=message,
-                 data={"phase": phase.value})
+        enqueue(
+            session,
+            topic="run.finished",
+            dedupe_key=f"run.finished:{run.id}",
+            payload={"run_id": run.id, "phase": phase.value},
+        )
+    record_event(
+        session,
+        run_id=run.id,
+        type="PhaseChanged",
+        reason=reason,
+        message=message,
+        data={"phase": phase.value},
+    )
     session.flush()
 
 
@@ -224,10 +252,17 @@ def start_attempt(
     )
     session.add(attempt)
     session.flush()
-    record_event(session, run_id=run.id, type="AttemptStarted", reason=attempt_in.reason.value,
-                 message=f"attempt {attempt.number} started",
-                 data={"attempt": attempt.number,
-                       "resumed_from_checkpoint_id": attempt_in.resumed_from_checkpoint_id})
+    record_event(
+        session,
+        run_id=run.id,
+        type="AttemptStarted",
+        reason=attempt_in.reason.value,
+        message=f"attempt {attempt.number} started",
+        data={
+            "attempt": attempt.number,
+            "resumed_from_checkpoint_id": attempt_in.resumed_from_checkpoint_id,
+        },
+    )
     return AttemptPublic.model_validate(attempt)
 
 
@@ -248,12 +283,25 @@ def end_attempt(
     attempt.exit_code = attempt_in.exit_code
     attempt.message = attempt_in.message
     attempt.ended_at = datetime.now(UTC)
-    record_event(session, run_id=run.id, type="AttemptEnded", reason=attempt_in.end_reason,
-                 message=attempt_in.message or f"attempt {number} ended",
-                 data={"attempt": number, "exit_code": attempt_in.exit_code})
-    enqueue(session, topic="attempt.ended", dedupe_key=f"attempt.ended:{run.id}:{number}",
-            payload={"run_id": run.id, "attempt": number, "end_reason": attempt_in.end_reason,
-                     "exit_code": attempt_in.exit_code})
+    record_event(
+        session,
+        run_id=run.id,
+        type="AttemptEnded",
+        reason=attempt_in.end_reason,
+        message=attempt_in.message or f"attempt {number} ended",
+        data={"attempt": number, "exit_code": attempt_in.exit_code},
+    )
+    enqueue(
+        session,
+        topic="attempt.ended",
+        dedupe_key=f"attempt.ended:{run.id}:{number}",
+        payload={
+            "run_id": run.id,
+            "attempt": number,
+            "end_reason": attempt_in.end_reason,
+            "exit_code": attempt_in.exit_code,
+        },
+    )
     session.flush()
     return AttemptPublic.model_validate(attempt)
 
@@ -278,7 +326,11 @@ def list_events(
 
 
 def list_experiment_events(
-    *, session: Session, principal: Principal, experiment_id: int, after_id: int = 0,
+    *,
+    session: Session,
+    principal: Principal,
+    experiment_id: int,
+    after_id: int = 0,
     limit: int = 500,
 ) -> list[RunEventPublic]:
     experiment = get_or_404(session, Experiment, experiment_id, "experiment")

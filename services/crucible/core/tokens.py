@@ -16,7 +16,7 @@ from crucible.domain.errors import Forbidden, NotFound, Unauthenticated
 from crucible.schemas.common import Page
 from crucible.schemas.tenancy import TokenCreate, TokenCreated, TokenPublic
 
-TOKEN_PREFIX = "cru_"
+TOKEN_PREFIX = "cru_"  # noqa: S105 - a public marker, not a secret
 
 
 def hash_token(raw: str) -> str:
@@ -46,7 +46,9 @@ def create_token(*, session: Session, principal: Principal, token_in: TokenCreat
     )
     session.add(row)
     session.flush()
-    return TokenCreated.model_validate({**TokenPublic.model_validate(row).model_dump(), "token": raw})
+    return TokenCreated.model_validate(
+        {**TokenPublic.model_validate(row).model_dump(), "token": raw}
+    )
 
 
 def list_tokens(*, session: Session, principal: Principal) -> Page[TokenPublic]:

@@ -1,4 +1,4 @@
-"""The run state machine. Every phase change, whoever reports it, goes through `check_transition`."""
+"""The run state machine: every phase change, whoever reports it, goes through it."""
 
 from crucible.domain.enums import Phase
 from crucible.domain.errors import InvalidTransition

@@ -5,12 +5,12 @@ Field names are camelCase on the wire, as Kubernetes users expect; Python code u
 snake_case attributes.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-API_VERSION = "crucible.dev/v1alpha1"
+API_VERSION: Final = "crucible.dev/v1alpha1"
 
 # Pod names are `<run>-a<attempt>-<rank>`; keeping run names to 40 characters leaves room for
 # attempt and rank suffixes inside Kubernetes' 63-character label/DNS limit.
@@ -29,9 +29,7 @@ class SpecModel(BaseModel):
 class Resources(SpecModel):
     """Per-pod (per-process in local mode) resource requests."""
 
-    cpu: Annotated[str | None, Field(pattern=QUANTITY, description="CPU request, e.g. `8`.")] = (
-        None
-    )
+    cpu: Annotated[str | None, Field(pattern=QUANTITY, description="CPU request, e.g. `8`.")] = None
     memory: Annotated[
         str | None, Field(pattern=QUANTITY, description="Memory request, e.g. `64Gi`.")
     ] = None
@@ -65,9 +63,7 @@ class DatasetInput(SpecModel):
 class CheckpointRef(SpecModel):
     """A checkpoint by id, or a run's latest or best checkpoint by name."""
 
-    id: Annotated[int | None, Field(ge=1, description="Checkpoint id in the control plane.")] = (
-        None
-    )
+    id: Annotated[int | None, Field(ge=1, description="Checkpoint id in the control plane.")] = None
     run: Annotated[
         str | None, Field(pattern=DNS_LABEL, description="Name of the run that wrote it.")
     ] = None

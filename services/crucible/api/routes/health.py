@@ -22,7 +22,7 @@ def readyz(request: Request) -> JSONResponse:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         revision = current_revision(engine)
-    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+    except Exception as exc:
         return JSONResponse({"status": "database unreachable", "error": type(exc).__name__}, 503)
     if revision != head_revision():
         return JSONResponse({"status": "schema behind", "revision": revision}, 503)
@@ -31,5 +31,6 @@ def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", operation_id="prometheusMetrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry),
-                    media_type=CONTENT_TYPE_LATEST)
+    return Response(
+        generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST
+    )

@@ -33,8 +33,9 @@ def list_projects(
     uow: Uow, principal: CurrentPrincipal, cursor: str | None = None, limit: Limit = 100
 ) -> Page[ProjectPublic]:
     with uow() as session:
-        return projects.list_projects(session=session, principal=principal, cursor=cursor,
-                                      limit=limit)
+        return projects.list_projects(
+            session=session, principal=principal, cursor=cursor, limit=limit
+        )
 
 
 @router.get("/projects/{project_id}", operation_id="getProject", tags=["projects"])
@@ -48,8 +49,9 @@ def update_project(
     project_id: int, body: ProjectUpdate, uow: Uow, principal: CurrentPrincipal
 ) -> ProjectPublic:
     with uow() as session:
-        return projects.update_project(session=session, principal=principal,
-                                       project_id=project_id, project_in=body)
+        return projects.update_project(
+            session=session, principal=principal, project_id=project_id, project_in=body
+        )
 
 
 @router.delete("/projects/{project_id}", operation_id="deleteProject", tags=["projects"])
@@ -57,8 +59,9 @@ def delete_project(
     project_id: int, uow: Uow, principal: CurrentPrincipal, force: Force = False
 ) -> Deleted:
     with uow() as session:
-        projects.delete_project(session=session, principal=principal, project_id=project_id,
-                                force=force)
+        projects.delete_project(
+            session=session, principal=principal, project_id=project_id, force=force
+        )
     return Deleted(id=project_id)
 
 
@@ -80,14 +83,12 @@ def revoke_token(token_id: int, uow: Uow, principal: CurrentPrincipal) -> TokenP
         return tokens.revoke_token(session=session, principal=principal, token_id=token_id)
 
 
-@router.post("/experiments", status_code=201, operation_id="createExperiment",
-             tags=["experiments"])
+@router.post("/experiments", status_code=201, operation_id="createExperiment", tags=["experiments"])
 def create_experiment(
     body: ExperimentCreate, uow: Uow, principal: CurrentPrincipal
 ) -> ExperimentPublic:
     with uow() as session:
-        return projects.create_experiment(session=session, principal=principal,
-                                          experiment_in=body)
+        return projects.create_experiment(session=session, principal=principal, experiment_in=body)
 
 
 @router.get("/experiments", operation_id="listExperiments", tags=["experiments"])
@@ -99,33 +100,37 @@ def list_experiments(
     limit: Limit = 100,
 ) -> Page[ExperimentPublic]:
     with uow() as session:
-        return projects.list_experiments(session=session, principal=principal, project=project,
-                                         cursor=cursor, limit=limit)
+        return projects.list_experiments(
+            session=session, principal=principal, project=project, cursor=cursor, limit=limit
+        )
 
 
 @router.get("/experiments/{experiment_id}", operation_id="getExperiment", tags=["experiments"])
 def get_experiment(experiment_id: int, uow: Uow, principal: CurrentPrincipal) -> ExperimentPublic:
     with uow() as session:
-        return projects.get_experiment(session=session, principal=principal,
-                                       experiment_id=experiment_id)
+        return projects.get_experiment(
+            session=session, principal=principal, experiment_id=experiment_id
+        )
 
 
-@router.patch("/experiments/{experiment_id}", operation_id="updateExperiment",
-              tags=["experiments"])
+@router.patch("/experiments/{experiment_id}", operation_id="updateExperiment", tags=["experiments"])
 def update_experiment(
     experiment_id: int, body: ExperimentUpdate, uow: Uow, principal: CurrentPrincipal
 ) -> ExperimentPublic:
     with uow() as session:
-        return projects.update_experiment(session=session, principal=principal,
-                                          experiment_id=experiment_id, experiment_in=body)
+        return projects.update_experiment(
+            session=session, principal=principal, experiment_id=experiment_id, experiment_in=body
+        )
 
 
-@router.delete("/experiments/{experiment_id}", operation_id="deleteExperiment",
-               tags=["experiments"])
+@router.delete(
+    "/experiments/{experiment_id}", operation_id="deleteExperiment", tags=["experiments"]
+)
 def delete_experiment(
     experiment_id: int, uow: Uow, principal: CurrentPrincipal, force: Force = False
 ) -> Deleted:
     with uow() as session:
-        projects.delete_experiment(session=session, principal=principal,
-                                   experiment_id=experiment_id, force=force)
+        projects.delete_experiment(
+            session=session, principal=principal, experiment_id=experiment_id, force=force
+        )
     return Deleted(id=experiment_id)

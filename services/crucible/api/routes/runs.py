@@ -46,9 +46,18 @@ def list_runs(
 ) -> Page[RunPublic]:
     with uow() as session:
         return runs.list_runs(
-            session=session, principal=principal, project=project, experiment_id=experiment_id,
-            kind=kind, phase=phase, tag=tag, created_after=created_after,
-            created_before=created_before, sort=sort, descending=descending, cursor=cursor,
+            session=session,
+            principal=principal,
+            project=project,
+            experiment_id=experiment_id,
+            kind=kind,
+            phase=phase,
+            tag=tag,
+            created_after=created_after,
+            created_before=created_before,
+            sort=sort,
+            descending=descending,
+            cursor=cursor,
             limit=limit,
         )
 
@@ -84,8 +93,9 @@ def start_attempt(
     run_id: int, body: AttemptStart, uow: Uow, principal: CurrentPrincipal
 ) -> AttemptPublic:
     with uow() as session:
-        return runs.start_attempt(session=session, principal=principal, run_id=run_id,
-                                  attempt_in=body)
+        return runs.start_attempt(
+            session=session, principal=principal, run_id=run_id, attempt_in=body
+        )
 
 
 @router.post("/runs/{run_id}/attempts/{number}/end", operation_id="endAttempt")
@@ -93,8 +103,9 @@ def end_attempt(
     run_id: int, number: int, body: AttemptEnd, uow: Uow, principal: CurrentPrincipal
 ) -> AttemptPublic:
     with uow() as session:
-        return runs.end_attempt(session=session, principal=principal, run_id=run_id,
-                                number=number, attempt_in=body)
+        return runs.end_attempt(
+            session=session, principal=principal, run_id=run_id, number=number, attempt_in=body
+        )
 
 
 @router.get("/runs/{run_id}/events", operation_id="listRunEvents")
@@ -106,12 +117,16 @@ def list_events(
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> list[RunEventPublic]:
     with uow() as session:
-        return runs.list_events(session=session, principal=principal, run_id=run_id,
-                                after_id=after_id, limit=limit)
+        return runs.list_events(
+            session=session, principal=principal, run_id=run_id, after_id=after_id, limit=limit
+        )
 
 
-@router.get("/runs/{run_id}/events/stream", operation_id="streamRunEvents",
-            response_class=EventSourceResponse)
+@router.get(
+    "/runs/{run_id}/events/stream",
+    operation_id="streamRunEvents",
+    response_class=EventSourceResponse,
+)
 def stream_run_events(
     run_id: int,
     request: Request,
@@ -125,14 +140,19 @@ def stream_run_events(
 
     def fetch(after_id: int) -> list[RunEventPublic]:
         with uow() as session:
-            return runs.list_events(session=session, principal=principal, run_id=run_id,
-                                    after_id=after_id)
+            return runs.list_events(
+                session=session, principal=principal, run_id=run_id, after_id=after_id
+            )
 
     return EventSourceResponse(event_stream(request, fetch, last_event_id))
 
 
-@router.get("/experiments/{experiment_id}/events/stream", operation_id="streamExperimentEvents",
-            response_class=EventSourceResponse, tags=["experiments"])
+@router.get(
+    "/experiments/{experiment_id}/events/stream",
+    operation_id="streamExperimentEvents",
+    response_class=EventSourceResponse,
+    tags=["experiments"],
+)
 def stream_experiment_events(
     experiment_id: int,
     request: Request,
@@ -144,8 +164,9 @@ def stream_experiment_events(
 
     def fetch(after_id: int) -> list[RunEventPublic]:
         with uow() as session:
-            return runs.list_experiment_events(session=session, principal=principal,
-                                               experiment_id=experiment_id, after_id=after_id)
+            return runs.list_experiment_events(
+                session=session, principal=principal, experiment_id=experiment_id, after_id=after_id
+            )
 
     fetch(0)  # authorise (and 404) before the stream starts
     return EventSourceResponse(event_stream(request, fetch, last_event_id))

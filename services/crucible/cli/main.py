@@ -1,0 +1,267 @@
+"""Entry point: `crucible <command>`. Errors are one sentence on stderr and a non-zero exit."""
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.markup import escape
+
+from crucible.cli.output import age, console, errors, table
+from crucible.client import ApiError, CrucibleClient
+from crucible.core.bootstrap import DEFAULT_PROJECT
+from crucible.domain.enums import Backend, Phase, Role, RunKind
+from crucible.domain.errors import CrucibleError
+from crucible.schemas.runs import RunSubmit
+from crucible.schemas.tenancy import TokenCreate
+from crucible.settings import load_settings
+
+app = typer.Typer(no_args_is_help=True, help="Crucible: model-improvement experiments.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+token_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+projects_app = typer.Typer(no_args_is_help=True, help="Projects.")
+experiments_app = typer.Typer(no_args_is_help=True, help="Experiments.")
+runs_app = typer.Typer(no_args_is_help=True, help="Runs.")
+app.add_typer(db_app, name="db")
+app.add_typer(token_app, name="token")
+app.add_typer(projects_app, name="projects")
+app.add_typer(experiments_app, name="experiments")
+app.add_typer(runs_app, name="runs")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ProjectOpt = Annotated[
+    str, typer.Option("--project", "-p", envvar="CRUCIBLE_PROJECT", help="Project name.")
+]
+
+
+def friendly_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn the errors a user can cause into one line on stderr and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (ApiError, CrucibleError, OSError, yaml.YAMLError) as exc:
+            errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1)
+
+    return wrapper
+
+
+def client() -> CrucibleClient:
+    return CrucibleClient.from_settings(load_settings())
+
+
+@app.command()
+@friendly_errors
+def server(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+    workers: Annotated[int, typer.Option(min=1, help="API processes (Postgres only).")] = 1,
+) -> None:
+    """Run the control-plane API (embedded SQLite unless CRUCIBLE_DATABASE_URL is set)."""
+    from crucible.serve import serve_api
+
+    serve_api(load_settings(), host=host, port=port, workers=workers)
+
+
+@db_app.command("upgrade")
+@friendly_errors
+def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Migrate the database of CRUCIBLE_DATABASE_URL to the given revision (default head)."""
+    from crucible.db import schema
+    from crucible.db.engine import build_engine
+
+    engine = build_engine(load_settings())
+    schema.upgrade(engine, revision)
+    console.print(f"database at revision {schema.current_revision(engine)}")
+
+
+@token_app.command("create")
+@friendly_errors
+def token_create(
+    project: Annotated[str | None, typer.Option(help="Project; omit for a global token.")] = None,
+    role: Annotated[Role, typer.Option(help="viewer, editor or admin.")] = Role.viewer,
+    name: Annotated[str, typer.Option(help="What the token is for.")] = "cli",
+) -> None:
+    """Mint a token. The secret is printed once; only its hash is stored."""
+    with client() as api:
+        created = api.create_token(TokenCreate(name=name, project=project, role=role))
+    console.print(created.token, highlight=False, soft_wrap=True)
+    errors.print(
+        f"token {created.id} ({created.role}) for "
+        f"{project or 'every project'}; store it now, it is not shown again"
+    )
+
+
+@projects_app.command("create")
+@friendly_errors
+def projects_create(name: str, description: str = "") -> None:
+    """Create a project (global admin token needed)."""
+    with client() as api:
+        project = api.create_project(name, description)
+    console.print(f"project {project.name} (id {project.id}, namespace {project.namespace})")
+
+
+@projects_app.command("ls")
+@friendly_errors
+def projects_ls() -> None:
+    """List the projects this token can see."""
+    with client() as api:
+        page = api.list_projects()
+    table(
+        "projects",
+        ["ID", "NAME", "NAMESPACE", "AGE"],
+        [(p.id, p.name, p.namespace, age(p.created_at)) for p in page.items],
+    )
+
+
+@experiments_app.command("ls")
+@friendly_errors
+def experiments_ls(project: ProjectOpt = DEFAULT_PROJECT) -> None:
+    """List the experiments of a project."""
+    with client() as api:
+        page = api.list_experiments(project)
+    table(
+        f"experiments in {project}",
+        ["ID", "NAME", "DESCRIPTION", "AGE"],
+        [(e.id, e.name, e.description, age(e.created_at)) for e in page.items],
+    )
+
+
+@app.command()
+@friendly_errors
+def submit(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    project: ProjectOpt = DEFAULT_PROJECT,
+    backend: Annotated[Backend, typer.Option(help="local or kubernetes.")] = Backend.local,
+) -> None:
+    """Submit the TrainingRun / RolloutJob / EvalJob documents of a YAML file (as for kubectl)."""
+    documents = [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
+    if not documents:
+        raise CrucibleError(f"{file} holds no YAML documents")
+    # Validate every document before submitting any, so a bad file submits nothing.
+    requests = []
+    for index, document in enumerate(documents):
+        try:
+            requests.append(RunSubmit(project=project, manifest=document, backend=backend))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"][1:])
+            raise CrucibleError(
+                f"{file} document {index + 1}: {where}: {first['msg']} (got {first.get('input')!r})"
+            ) from exc
+    with client() as api:
+        for request in requests:
+            run = api.submit_run(request)
+            console.print(
+                f"{request.manifest.kind} {run.name} submitted as run {run.id} ({run.phase})"
+            )
+
+
+@runs_app.command("ls")
+@friendly_errors
+def runs_ls(
+    project: ProjectOpt = DEFAULT_PROJECT,
+    experiment: Annotated[int | None, typer.Option(help="Experiment id.")] = None,
+    phase: Phase | None = None,
+    kind: RunKind | None = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+) -> None:
+    """List runs, newest first."""
+    with client() as api:
+        page = api.list_runs(
+            project=project, experiment_id=experiment, phase=phase, kind=kind, limit=limit
+        )
+    table(
+        f"runs in {project}",
+        ["ID", "NAME", "KIND", "PHASE", "ATTEMPT", "GPUS", "STEP", "AGE"],
+        [
+            (
+                r.id,
+                r.name,
+                r.kind,
+                r.phase,
+                r.attempt_count,
+                r.gpus,
+                r.latest_step,
+                age(r.created_at),
+            )
+            for r in page.items
+        ],
+    )
+
+
+@runs_app.command("show")
+@friendly_errors
+def runs_show(run_id: int) -> None:
+    """Show a run, its attempts and its latest events."""
+    with client() as api:
+        run = api.get_run(run_id)
+        attempts = api.list_attempts(run_id)
+        events = api.list_events(run_id)
+    console.print(f"[bold]{run.name}[/bold] (run {run.id}, {run.kind}, {run.backend})")
+    console.print(f"phase: {run.phase}  reason: {run.reason}  {run.message}")
+    console.print(f"gpus: {run.gpus}  step: {run.latest_step}  spec: {run.spec_digest}")
+    table(
+        "attempts",
+        ["#", "WHY", "RESUMED FROM", "END", "EXIT", "STARTED"],
+        [
+            (
+                a.number,
+                a.start_reason,
+                a.resumed_from_checkpoint_id,
+                a.end_reason,
+                a.exit_code,
+                a.started_at,
+            )
+            for a in attempts
+        ],
+    )
+    table(
+        "events",
+        ["TIME", "TYPE", "REASON", "MESSAGE"],
+        [
+            (e.created_at.isoformat(timespec="seconds"), e.type, e.reason, e.message)
+            for e in events[-20:]
+        ],
+    )
+
+
+@runs_app.command("cancel")
+@friendly_errors
+def runs_cancel(run_id: int) -> None:
+    """Cancel a run."""
+    with client() as api:
+        run = api.cancel_run(run_id)
+    console.print(f"run {run.id} {run.phase}")
+
+
+@app.command()
+@friendly_errors
+def lineage(
+    entity: Annotated[str, typer.Argument(help="run, checkpoint, dataset_version, eval_result")],
+    entity_id: int,
+    direction: Annotated[str, typer.Option(help="upstream, downstream or both")] = "both",
+    depth: Annotated[int, typer.Option(min=1, max=50)] = 5,
+) -> None:
+    """Show what an entity came from and what came from it."""
+    with client() as api:
+        graph: dict[str, Any] = api.lineage(entity, entity_id, direction, depth)
+    labels = {(n["type"], n["id"]): n["label"] for n in graph["nodes"]}
+    table(
+        f"lineage of {entity} {entity_id} ({direction}, depth {depth})",
+        ["FROM", "RELATION", "TO"],
+        [
+            (
+                f"{e['source']['type']} {labels.get((e['source']['type'], e['source']['id']), '')}",
+                e["relation"],
+                f"{e['target']['type']} {labels.get((e['target']['type'], e['target']['id']), '')}",
+            )
+            for e in graph["edges"]
+        ],
+    )

@@ -1,0 +1,195 @@
+"""A typed, retrying client for the REST API, used by the CLI, operator, workers and workloads.
+
+Every call that writes carries an Idempotency-Key that stays the same across its retries,
+so a retry after a lost response never does the work twice.
+"""
+
+import logging
+import time
+import uuid
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from crucible.schemas.common import Page
+from crucible.schemas.runs import (
+    AttemptEnd,
+    AttemptPublic,
+    AttemptStart,
+    PhaseReport,
+    RunEventPublic,
+    RunPublic,
+    RunSubmit,
+)
+from crucible.schemas.tenancy import (
+    ExperimentPublic,
+    ProjectCreate,
+    ProjectPublic,
+    TokenCreate,
+    TokenCreated,
+)
+from crucible.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({502, 503, 504})
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class ApiError(Exception):
+    """The API refused a request; `detail` is its explanation."""
+
+    def __init__(self, status: int, detail: Any, method: str, path: str) -> None:
+        self.status = status
+        self.detail = detail
+        super().__init__(f"{method} {path} failed ({status}): {_describe(detail)}")
+
+
+def _describe(detail: Any) -> str:
+    if isinstance(detail, list):  # FastAPI validation errors
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg')}" for e in detail
+        )
+    return str(detail)
+
+
+class CrucibleClient:
+    def __init__(
+        self,
+        api_url: str,
+        token: str | None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.25,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=api_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+        self._retries = retries
+        self._backoff = backoff
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "CrucibleClient":
+        token = settings.token.get_secret_value() if settings.token else None
+        if token is None and settings.local_token_file.exists():
+            token = settings.local_token_file.read_text().strip()
+        return cls(settings.api_url, token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "CrucibleClient":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        headers = {}
+        if method in WRITE_METHODS:
+            headers["Idempotency-Key"] = idempotency_key or uuid.uuid4().hex
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        for attempt in range(self._retries + 1):
+            try:
+                response = self._http.request(
+                    method, path, json=json, params=params, headers=headers
+                )
+            except httpx.TransportError as exc:
+                if attempt == self._retries:
+                    raise ApiError(
+                        0, f"cannot reach {self._http.base_url}: {exc}", method, path
+                    ) from exc
+                self._sleep(attempt, None)
+                continue
+            if response.status_code in RETRY_STATUSES and attempt < self._retries:
+                self._sleep(attempt, response.headers.get("Retry-After"))
+                continue
+            if response.status_code >= 400:
+                try:
+                    detail = response.json().get("detail", response.text)
+                except ValueError:
+                    detail = response.text
+                raise ApiError(response.status_code, detail, method, path)
+            return response.json() if response.content else None
+        raise AssertionError("unreachable")
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = self._backoff * 2**attempt
+        if retry_after and retry_after.isdigit():
+            delay = max(delay, float(retry_after))
+        time.sleep(min(delay, 10.0))
+
+    def _get(self, path: str, model: type[T] | Any, **params: Any) -> T:
+        return TypeAdapter(model).validate_python(self.request("GET", path, params=params))  # type: ignore[no-any-return]
+
+    def _post(self, path: str, body: BaseModel | None, model: type[T] | Any) -> T:
+        payload = body.model_dump(mode="json", by_alias=True, exclude_unset=True) if body else None
+        return TypeAdapter(model).validate_python(self.request("POST", path, json=payload))  # type: ignore[no-any-return]
+
+    # -- resources ---------------------------------------------------------------------------
+
+    def create_project(self, name: str, description: str = "") -> ProjectPublic:
+        return self._post(
+            "/api/v1/projects", ProjectCreate(name=name, description=description), ProjectPublic
+        )
+
+    def list_projects(self) -> Page[ProjectPublic]:
+        return self._get("/api/v1/projects", Page[ProjectPublic])
+
+    def create_token(self, token_in: TokenCreate) -> TokenCreated:
+        return self._post("/api/v1/tokens", token_in, TokenCreated)
+
+    def list_experiments(self, project: str | None = None) -> Page[ExperimentPublic]:
+        return self._get("/api/v1/experiments", Page[ExperimentPublic], project=project)
+
+    def submit_run(self, run_in: RunSubmit) -> RunPublic:
+        return self._post("/api/v1/runs", run_in, RunPublic)
+
+    def list_runs(self, **filters: Any) -> Page[RunPublic]:
+        return self._get("/api/v1/runs", Page[RunPublic], **filters)
+
+    def get_run(self, run_id: int) -> RunPublic:
+        return self._get(f"/api/v1/runs/{run_id}", RunPublic)
+
+    def cancel_run(self, run_id: int) -> RunPublic:
+        return self._post(f"/api/v1/runs/{run_id}/cancel", None, RunPublic)
+
+    def report_phase(self, run_id: int, report: PhaseReport) -> RunPublic:
+        return self._post(f"/api/v1/runs/{run_id}/phase", report, RunPublic)
+
+    def start_attempt(self, run_id: int, attempt_in: AttemptStart) -> AttemptPublic:
+        return self._post(f"/api/v1/runs/{run_id}/attempts", attempt_in, AttemptPublic)
+
+    def end_attempt(self, run_id: int, number: int, attempt_in: AttemptEnd) -> AttemptPublic:
+        return self._post(f"/api/v1/runs/{run_id}/attempts/{number}/end", attempt_in, AttemptPublic)
+
+    def list_attempts(self, run_id: int) -> list[AttemptPublic]:
+        return self._get(f"/api/v1/runs/{run_id}/attempts", list[AttemptPublic])
+
+    def list_events(self, run_id: int, after_id: int = 0) -> list[RunEventPublic]:
+        return self._get(f"/api/v1/runs/{run_id}/events", list[RunEventPublic], after_id=after_id)
+
+    def lineage(
+        self, entity: str, entity_id: int, direction: str = "both", depth: int = 5
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "GET",
+            f"/api/v1/lineage/{entity}/{entity_id}",
+            params={"direction": direction, "depth": depth},
+        )
+        return result

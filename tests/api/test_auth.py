@@ -1,0 +1,120 @@
+"""The auth matrix: no token, wrong token, another project's token, and roles."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import bearer, make_project, make_token, submit
+
+
+def test_every_api_route_needs_a_token(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    for path, operations in schema["paths"].items():
+        if not path.startswith("/api/v1"):
+            continue
+        concrete = path.replace("{", "").replace("}", "").replace("_id", "").replace("number", "1")
+        concrete = "/".join(
+            "1"
+            if part
+            in {"run", "project", "experiment", "token", "dataset", "version", "checkpoint", "id"}
+            else part
+            for part in concrete.split("/")
+        )
+        for method in operations:
+            response = client.request(method.upper(), concrete)
+            assert response.status_code == 401, (method, path, response.status_code)
+
+
+def test_wrong_token_is_401(client: TestClient) -> None:
+    response = client.get("/api/v1/projects", headers=bearer("cru_nope"))
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.fixture
+def two_projects(admin: TestClient) -> dict[str, str]:
+    make_project(admin, "alpha")
+    make_project(admin, "beta")
+    submit(admin, project="alpha", name="alpha-run")
+    submit(admin, project="beta", name="beta-run")
+    return {
+        "alpha-viewer": make_token(admin, "alpha", "viewer"),
+        "alpha-editor": make_token(admin, "alpha", "editor"),
+        "alpha-admin": make_token(admin, "alpha", "admin"),
+        "beta-editor": make_token(admin, "beta", "editor"),
+    }
+
+
+def _run_id(admin: TestClient, project: str) -> int:
+    run_id: int = admin.get("/api/v1/runs", params={"project": project}).json()["items"][0]["id"]
+    return run_id
+
+
+def test_other_projects_runs_are_invisible(
+    client: TestClient, admin: TestClient, two_projects: dict[str, str]
+) -> None:
+    beta_run = _run_id(admin, "beta")
+    alpha_editor = bearer(two_projects["alpha-editor"])
+    assert client.get(f"/api/v1/runs/{beta_run}", headers=alpha_editor).status_code == 404
+    assert client.post(f"/api/v1/runs/{beta_run}/cancel", headers=alpha_editor).status_code == 404
+    listed = client.get("/api/v1/runs", headers=alpha_editor).json()["items"]
+    assert [r["name"] for r in listed] == ["alpha-run"]
+    assert (
+        client.get("/api/v1/runs", params={"project": "beta"}, headers=alpha_editor).status_code
+        == 404
+    )
+    projects = client.get("/api/v1/projects", headers=alpha_editor).json()["items"]
+    assert [p["name"] for p in projects] == ["alpha"]
+
+
+def test_roles_gate_writes(
+    client: TestClient, admin: TestClient, two_projects: dict[str, str]
+) -> None:
+    alpha_run = _run_id(admin, "alpha")
+    viewer = bearer(two_projects["alpha-viewer"])
+    editor = bearer(two_projects["alpha-editor"])
+    assert client.get(f"/api/v1/runs/{alpha_run}", headers=viewer).status_code == 200
+    assert client.post(f"/api/v1/runs/{alpha_run}/cancel", headers=viewer).status_code == 403
+    assert client.post(f"/api/v1/runs/{alpha_run}/cancel", headers=editor).status_code == 200
+    token = {"name": "x", "project": "alpha", "role": "viewer"}
+    assert client.post("/api/v1/tokens", json=token, headers=editor).status_code == 403
+    alpha_admin = bearer(two_projects["alpha-admin"])
+    assert client.post("/api/v1/tokens", json=token, headers=alpha_admin).status_code == 201
+    assert (
+        client.post(
+            "/api/v1/tokens", json={**token, "project": "beta"}, headers=alpha_admin
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post("/api/v1/projects", json={"name": "gamma"}, headers=alpha_admin).status_code
+        == 403
+    )
+
+
+def test_revoked_token_stops_working(client: TestClient, admin: TestClient) -> None:
+    make_project(admin, "alpha")
+    created = admin.post("/api/v1/tokens", json={"name": "t", "project": "alpha"}).json()
+    assert client.get("/api/v1/projects", headers=bearer(created["token"])).status_code == 200
+    assert admin.delete(f"/api/v1/tokens/{created['id']}").status_code == 200
+    assert client.get("/api/v1/projects", headers=bearer(created["token"])).status_code == 401
+
+
+def test_tokens_are_stored_hashed(app: object, admin: TestClient) -> None:
+    from sqlalchemy import select
+
+    from crucible.db.tables import ApiToken
+
+    make_project(admin, "alpha")
+    raw = make_token(admin, "alpha", "viewer")
+    with app.state.session_factory() as session:  # type: ignore[attr-defined]
+        stored = list(session.scalars(select(ApiToken.token_hash)))
+    assert raw not in stored and all(len(h) == 64 for h in stored)
+
+
+def test_delete_project_refuses_when_runs_exist(admin: TestClient) -> None:
+    project_id = make_project(admin, "alpha")["id"]
+    submit(admin, project="alpha")
+    refused = admin.delete(f"/api/v1/projects/{project_id}")
+    assert refused.status_code == 409 and "force" in refused.json()["detail"]
+    assert admin.delete(f"/api/v1/projects/{project_id}", params={"force": True}).status_code == 200
+    assert admin.get(f"/api/v1/projects/{project_id}").status_code == 404

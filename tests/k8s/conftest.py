@@ -1,0 +1,58 @@
+"""pytest fixtures for tests against the local Kubernetes cluster (scripts/cluster).
+
+* ``cluster`` (session): runs ``scripts/cluster up`` (which builds the binaries on first
+  use and reuses a healthy running cluster), puts KUBECONFIG and the bin dir on PATH in
+  ``os.environ`` for the session and returns a :class:`cluster_helpers.Cluster`. If this
+  session started the cluster, it stops it at the end unless ``CRUCIBLE_CLUSTER_KEEP=1``.
+  A cluster that cannot come up fails the tests (never skips them).
+* ``namespace`` (function): a fresh namespace per test, deleted afterwards.
+
+Every test module here sets ``pytestmark = pytest.mark.k8s``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cluster_helpers as h
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "k8s: needs the local Kubernetes cluster (scripts/cluster)")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[h.Cluster]:
+    was_running = h.cluster_command("env", timeout=60).returncode == 0
+    try:
+        c = h.cluster_up()
+    except Exception as exc:
+        pytest.fail(f"the local Kubernetes cluster could not come up: {exc}", pytrace=False)
+    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "PATH")}
+    os.environ["KUBECONFIG"] = c.kubeconfig
+    os.environ["PATH"] = c.bin_dir + os.pathsep + os.environ.get("PATH", "")
+    try:
+        yield c
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if not was_running and os.environ.get("CRUCIBLE_CLUSTER_KEEP") != "1":
+            h.cluster_command("down", timeout=120)
+
+
+@pytest.fixture
+def namespace(cluster: h.Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = h.create_namespace(request.node.name[:30])
+    try:
+        yield name
+    finally:
+        h.delete_namespace(name)
