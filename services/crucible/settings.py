@@ -7,6 +7,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path.home() / ".crucible"
+DEFAULT_PROJECT = "default"  # created by the embedded mode; the CLI's default --project
 
 
 class Settings(BaseSettings):

@@ -4,7 +4,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
 from crucible.db.schema import SchemaBehind
 from crucible.domain.errors import (
@@ -61,6 +61,12 @@ async def _integrity_error(_request: Request, exc: Exception) -> JSONResponse:
     return _error(409, "the request conflicts with existing data (a duplicate or a missing parent)")
 
 
+async def _data_error(_request: Request, exc: Exception) -> JSONResponse:
+    # Values the schema let through but the column cannot hold (a too-long string, say).
+    log.info("data error mapped to 422: %s", exc)
+    return _error(422, "a value does not fit its database column; shorten or reduce it")
+
+
 async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable: %s", type(exc).__name__)
     return _error(
@@ -71,5 +77,6 @@ async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CrucibleError, _domain_error)
     app.add_exception_handler(IntegrityError, _integrity_error)
+    app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(OperationalError, _database_down)
-    app.add_exception_handler(DBAPIError, _database_down)
+    app.add_exception_handler(InterfaceError, _database_down)

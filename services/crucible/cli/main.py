@@ -12,12 +12,11 @@ from rich.markup import escape
 
 from crucible.cli.output import age, console, errors, table
 from crucible.client import ApiError, CrucibleClient
-from crucible.core.bootstrap import DEFAULT_PROJECT
 from crucible.domain.enums import Backend, Phase, Role, RunKind
 from crucible.domain.errors import CrucibleError
 from crucible.schemas.runs import RunSubmit
 from crucible.schemas.tenancy import TokenCreate
-from crucible.settings import load_settings
+from crucible.settings import DEFAULT_PROJECT, load_settings
 
 app = typer.Typer(no_args_is_help=True, help="Crucible: model-improvement experiments.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")

@@ -9,9 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from crucible.core.tokens import bootstrap_admin_token
 from crucible.db.engine import transaction
 from crucible.db.tables import Project
-from crucible.settings import Settings
-
-DEFAULT_PROJECT = "default"
+from crucible.settings import DEFAULT_PROJECT, Settings
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
 """Projects and experiments."""
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
-from crucible.core.lookups import get_or_404, project_by_name
+from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
 from crucible.core.pagination import paginate
 from crucible.db.tables import Experiment, Project, Run
 from crucible.domain.enums import Role
@@ -86,6 +85,10 @@ def create_experiment(
 ) -> ExperimentPublic:
     project = project_by_name(session, experiment_in.project)
     principal.require(project.id, Role.editor, entity="project", key=experiment_in.project)
+    if experiment_by_name(session, project.id, experiment_in.name) is not None:
+        raise Conflict(
+            f"experiment {experiment_in.name!r} already exists in project {project.name!r}"
+        )
     row = Experiment(
         project_id=project.id,
         name=experiment_in.name,
@@ -93,13 +96,7 @@ def create_experiment(
         tags=experiment_in.tags,
     )
     session.add(row)
-    try:
-        with session.begin_nested():
-            session.flush()
-    except IntegrityError as exc:
-        raise Conflict(
-            f"experiment {experiment_in.name!r} already exists in project {project.name!r}"
-        ) from exc
+    session.flush()
     return ExperimentPublic.model_validate(row)
 
 

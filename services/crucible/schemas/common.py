@@ -5,6 +5,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 T = TypeVar("T")
 
+# Database ids and steps are 64-bit; larger numbers are refused as input, not overflowed.
+MAX_INT64 = 2**63 - 1
+MAX_INT32 = 2**31 - 1
+Id = Annotated[int, Field(ge=1, le=MAX_INT64)]
+Step = Annotated[int, Field(ge=0, le=MAX_INT64)]
+Int32 = Annotated[int, Field(ge=-MAX_INT32 - 1, le=MAX_INT32)]
+
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
 Description = Annotated[str, Field(max_length=2000)]

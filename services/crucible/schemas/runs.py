@@ -5,7 +5,7 @@ from pydantic import Field
 
 from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
 from crucible.domain.specs import Manifest
-from crucible.schemas.common import ApiModel, PublicModel, Tags
+from crucible.schemas.common import ApiModel, Id, Int32, PublicModel, Tags
 
 
 class RunSubmit(ApiModel):
@@ -53,12 +53,12 @@ class PhaseReport(ApiModel):
 
 class AttemptStart(ApiModel):
     reason: AttemptReason = AttemptReason.initial
-    resumed_from_checkpoint_id: int | None = Field(default=None, ge=1)
+    resumed_from_checkpoint_id: Id | None = None
 
 
 class AttemptEnd(ApiModel):
     end_reason: str = Field(min_length=1, max_length=64)
-    exit_code: int | None = None
+    exit_code: Int32 | None = None
     message: str = Field(default="", max_length=4000)
 
 

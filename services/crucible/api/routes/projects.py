@@ -3,6 +3,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from crucible.api.deps import CurrentPrincipal, Uow
+from crucible.api.params import Limit, PathId
 from crucible.core import projects, tokens
 from crucible.schemas.common import Deleted, Page
 from crucible.schemas.tenancy import (
@@ -18,7 +19,6 @@ from crucible.schemas.tenancy import (
 )
 
 router = APIRouter(prefix="/api/v1")
-Limit = Annotated[int, Query(ge=1, le=1000)]
 Force = Annotated[bool, Query(description="Also delete the runs it holds.")]
 
 
@@ -39,14 +39,14 @@ def list_projects(
 
 
 @router.get("/projects/{project_id}", operation_id="getProject", tags=["projects"])
-def get_project(project_id: int, uow: Uow, principal: CurrentPrincipal) -> ProjectPublic:
+def get_project(project_id: PathId, uow: Uow, principal: CurrentPrincipal) -> ProjectPublic:
     with uow() as session:
         return projects.get_project(session=session, principal=principal, project_id=project_id)
 
 
 @router.patch("/projects/{project_id}", operation_id="updateProject", tags=["projects"])
 def update_project(
-    project_id: int, body: ProjectUpdate, uow: Uow, principal: CurrentPrincipal
+    project_id: PathId, body: ProjectUpdate, uow: Uow, principal: CurrentPrincipal
 ) -> ProjectPublic:
     with uow() as session:
         return projects.update_project(
@@ -56,7 +56,7 @@ def update_project(
 
 @router.delete("/projects/{project_id}", operation_id="deleteProject", tags=["projects"])
 def delete_project(
-    project_id: int, uow: Uow, principal: CurrentPrincipal, force: Force = False
+    project_id: PathId, uow: Uow, principal: CurrentPrincipal, force: Force = False
 ) -> Deleted:
     with uow() as session:
         projects.delete_project(
@@ -78,7 +78,7 @@ def list_tokens(uow: Uow, principal: CurrentPrincipal) -> Page[TokenPublic]:
 
 
 @router.delete("/tokens/{token_id}", operation_id="revokeToken", tags=["tokens"])
-def revoke_token(token_id: int, uow: Uow, principal: CurrentPrincipal) -> TokenPublic:
+def revoke_token(token_id: PathId, uow: Uow, principal: CurrentPrincipal) -> TokenPublic:
     with uow() as session:
         return tokens.revoke_token(session=session, principal=principal, token_id=token_id)
 
@@ -106,7 +106,7 @@ def list_experiments(
 
 
 @router.get("/experiments/{experiment_id}", operation_id="getExperiment", tags=["experiments"])
-def get_experiment(experiment_id: int, uow: Uow, principal: CurrentPrincipal) -> ExperimentPublic:
+def get_experiment(experiment_id: PathId, uow: Uow, principal: CurrentPrincipal) -> ExperimentPublic:
     with uow() as session:
         return projects.get_experiment(
             session=session, principal=principal, experiment_id=experiment_id
@@ -115,7 +115,7 @@ def get_experiment(experiment_id: int, uow: Uow, principal: CurrentPrincipal) ->
 
 @router.patch("/experiments/{experiment_id}", operation_id="updateExperiment", tags=["experiments"])
 def update_experiment(
-    experiment_id: int, body: ExperimentUpdate, uow: Uow, principal: CurrentPrincipal
+    experiment_id: PathId, body: ExperimentUpdate, uow: Uow, principal: CurrentPrincipal
 ) -> ExperimentPublic:
     with uow() as session:
         return projects.update_experiment(
@@ -127,7 +127,7 @@ def update_experiment(
     "/experiments/{experiment_id}", operation_id="deleteExperiment", tags=["experiments"]
 )
 def delete_experiment(
-    experiment_id: int, uow: Uow, principal: CurrentPrincipal, force: Force = False
+    experiment_id: PathId, uow: Uow, principal: CurrentPrincipal, force: Force = False
 ) -> Deleted:
     with uow() as session:
         projects.delete_experiment(

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
 from crucible.api.deps import CurrentPrincipal, Uow
+from crucible.api.params import Limit, PathId, PathNumber, QueryId
 from crucible.api.streaming import event_stream
 from crucible.core import runs
 from crucible.domain.enums import Phase, RunKind
@@ -33,7 +34,7 @@ def list_runs(
     uow: Uow,
     principal: CurrentPrincipal,
     project: str | None = None,
-    experiment_id: int | None = None,
+    experiment_id: QueryId = None,
     kind: RunKind | None = None,
     phase: Phase | None = None,
     tag: Annotated[str | None, Query(description="`key=value`")] = None,
@@ -42,7 +43,7 @@ def list_runs(
     sort: Annotated[str, Query(pattern="^(created_at|name|phase)$")] = "created_at",
     descending: bool = True,
     cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Limit = 50,
 ) -> Page[RunPublic]:
     with uow() as session:
         return runs.list_runs(
@@ -63,34 +64,34 @@ def list_runs(
 
 
 @router.get("/runs/{run_id}", operation_id="getRun")
-def get_run(run_id: int, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+def get_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
     with uow() as session:
         return runs.get_run(session=session, principal=principal, run_id=run_id)
 
 
 @router.post("/runs/{run_id}/cancel", operation_id="cancelRun")
-def cancel_run(run_id: int, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+def cancel_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
     with uow() as session:
         return runs.cancel_run(session=session, principal=principal, run_id=run_id)
 
 
 @router.post("/runs/{run_id}/phase", operation_id="reportRunPhase")
 def report_phase(
-    run_id: int, body: PhaseReport, uow: Uow, principal: CurrentPrincipal
+    run_id: PathId, body: PhaseReport, uow: Uow, principal: CurrentPrincipal
 ) -> RunPublic:
     with uow() as session:
         return runs.report_phase(session=session, principal=principal, run_id=run_id, report=body)
 
 
 @router.get("/runs/{run_id}/attempts", operation_id="listAttempts")
-def list_attempts(run_id: int, uow: Uow, principal: CurrentPrincipal) -> list[AttemptPublic]:
+def list_attempts(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> list[AttemptPublic]:
     with uow() as session:
         return runs.list_attempts(session=session, principal=principal, run_id=run_id)
 
 
 @router.post("/runs/{run_id}/attempts", status_code=201, operation_id="startAttempt")
 def start_attempt(
-    run_id: int, body: AttemptStart, uow: Uow, principal: CurrentPrincipal
+    run_id: PathId, body: AttemptStart, uow: Uow, principal: CurrentPrincipal
 ) -> AttemptPublic:
     with uow() as session:
         return runs.start_attempt(
@@ -100,7 +101,7 @@ def start_attempt(
 
 @router.post("/runs/{run_id}/attempts/{number}/end", operation_id="endAttempt")
 def end_attempt(
-    run_id: int, number: int, body: AttemptEnd, uow: Uow, principal: CurrentPrincipal
+    run_id: PathId, number: PathNumber, body: AttemptEnd, uow: Uow, principal: CurrentPrincipal
 ) -> AttemptPublic:
     with uow() as session:
         return runs.end_attempt(
@@ -110,7 +111,7 @@ def end_attempt(
 
 @router.get("/runs/{run_id}/events", operation_id="listRunEvents")
 def list_events(
-    run_id: int,
+    run_id: PathId,
     uow: Uow,
     principal: CurrentPrincipal,
     after_id: Annotated[int, Query(ge=0)] = 0,
@@ -128,7 +129,7 @@ def list_events(
     response_class=EventSourceResponse,
 )
 def stream_run_events(
-    run_id: int,
+    run_id: PathId,
     request: Request,
     uow: Uow,
     principal: CurrentPrincipal,
@@ -154,7 +155,7 @@ def stream_run_events(
     tags=["experiments"],
 )
 def stream_experiment_events(
-    experiment_id: int,
+    experiment_id: PathId,
     request: Request,
     uow: Uow,
     principal: CurrentPrincipal,

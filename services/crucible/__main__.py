@@ -1,0 +1,3 @@
+from crucible.cli.main import app
+
+app()
