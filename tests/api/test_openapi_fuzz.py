@@ -19,8 +19,11 @@ from tests.conftest import ADMIN_TOKEN, make_project, submit
 
 
 def _app(tmp: Path) -> FastAPI:
-    app = create_app(load_settings(home=tmp, database_url=f"sqlite:///{tmp / 'fuzz.db'}",
-                                   admin_token=ADMIN_TOKEN))
+    app = create_app(
+        load_settings(
+            home=tmp, database_url=f"sqlite:///{tmp / 'fuzz.db'}", admin_token=ADMIN_TOKEN
+        )
+    )
     with TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
         make_project(admin, "fuzz")
         submit(admin, project="fuzz", name="seed-run")
@@ -45,8 +48,9 @@ def test_no_server_errors(fuzz_app: FastAPI) -> None:
             continue  # endless streams; they have their own tests
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=20, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def call(case: schemathesis.Case) -> None:
             case.call_and_validate(headers=headers, checks=[not_a_server_error])
 

@@ -28,12 +28,13 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     tmp_path = tmp_path_factory.mktemp("server")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
-    env |= {"CRUCIBLE_HOME": str(tmp_path / "home"),
-            "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
+    env |= {"CRUCIBLE_HOME": str(tmp_path / "home"), "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
     log = (tmp_path / "server.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "crucible", "server", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 30
     while True:
@@ -52,8 +53,14 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 
 
 def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crucible", *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "crucible", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_first_start_saves_an_owner_only_admin_token(local_server: dict[str, str]) -> None:
@@ -79,8 +86,7 @@ def test_submit_list_show_and_lineage(local_server: dict[str, str]) -> None:
 
 
 def test_token_create_prints_a_working_token(local_server: dict[str, str]) -> None:
-    created = crucible(local_server, "token", "create", "--project", "default", "--role",
-                       "viewer")
+    created = crucible(local_server, "token", "create", "--project", "default", "--role", "viewer")
     assert created.returncode == 0, created.stderr
     viewer = created.stdout.strip()
     listed = crucible(local_server | {"CRUCIBLE_TOKEN": viewer}, "runs", "ls")
@@ -94,8 +100,10 @@ def test_token_create_prints_a_working_token(local_server: dict[str, str]) -> No
     ("content", "expected"),
     [
         ("kind: TrainingRun\nmetadata: {name: BAD}\nspec: {experiment: x}\n", "metadata.name"),
-        ("kind: TrainingRun\nmetadata: {name: ok}\nspec: {experiment: x, nodes: 0}\n",
-         "spec.nodes"),
+        (
+            "kind: TrainingRun\nmetadata: {name: ok}\nspec: {experiment: x, nodes: 0}\n",
+            "spec.nodes",
+        ),
         ("kind: Pod\nmetadata: {name: ok}\n", "kind"),
         ("a: [unclosed\n", "while parsing"),
         ("", "is-never-submitted"),
@@ -107,7 +115,8 @@ def test_bad_yaml_is_one_clear_line_and_submits_nothing(
     """A valid document first, then a bad one: the file is refused whole, before any submit."""
     good = (
         "kind: TrainingRun\nmetadata: {name: is-never-submitted}\nspec: {experiment: x}\n"
-        if content else ""
+        if content
+        else ""
     )
     bad_file = tmp_path / "bad.yaml"
     bad_file.write_text(good + "---\n" + content if content else "")
@@ -124,6 +133,7 @@ def test_bad_yaml_is_one_clear_line_and_submits_nothing(
 def test_unknown_run_and_unreachable_api(local_server: dict[str, str]) -> None:
     missing = crucible(local_server, "runs", "show", "999")
     assert missing.returncode == 1 and "run 999 not found" in missing.stderr
-    down = crucible(local_server | {"CRUCIBLE_API_URL": f"http://127.0.0.1:{free_port()}"},
-                    "runs", "ls")
+    down = crucible(
+        local_server | {"CRUCIBLE_API_URL": f"http://127.0.0.1:{free_port()}"}, "runs", "ls"
+    )
     assert down.returncode == 1 and "cannot reach" in down.stderr
