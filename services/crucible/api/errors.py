@@ -1,8 +1,12 @@
 """Domain and database errors -> HTTP statuses. Nothing a client sends should end in a 500."""
 
 import logging
+import math
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
@@ -56,6 +60,22 @@ async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     return _error(400, str(exc))
 
 
+def _json_safe(value: Any) -> Any:
+    """Echoed inputs may hold NaN or infinity, which JSON cannot carry; send them as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return _error(422, _json_safe(jsonable_encoder(exc.errors())))
+
+
 async def _integrity_error(_request: Request, exc: Exception) -> JSONResponse:
     log.info("integrity error mapped to 409: %s", exc)
     return _error(409, "the request conflicts with existing data (a duplicate or a missing parent)")
@@ -75,6 +95,7 @@ async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(CrucibleError, _domain_error)
     app.add_exception_handler(IntegrityError, _integrity_error)
     app.add_exception_handler(DataError, _data_error)

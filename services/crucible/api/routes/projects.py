@@ -106,7 +106,9 @@ def list_experiments(
 
 
 @router.get("/experiments/{experiment_id}", operation_id="getExperiment", tags=["experiments"])
-def get_experiment(experiment_id: PathId, uow: Uow, principal: CurrentPrincipal) -> ExperimentPublic:
+def get_experiment(
+    experiment_id: PathId, uow: Uow, principal: CurrentPrincipal
+) -> ExperimentPublic:
     with uow() as session:
         return projects.get_experiment(
             session=session, principal=principal, experiment_id=experiment_id

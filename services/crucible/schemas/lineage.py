@@ -1,0 +1,187 @@
+"""Datasets, checkpoints, eval results, run inputs and the lineage graph, on the wire."""
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from crucible.domain.enums import EdgeRelation, NodeType
+from crucible.schemas.common import MAX_INT32, MAX_INT64, ApiModel, Id, PublicModel, Step
+
+DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+DIGEST_PATTERN = r"^[a-z0-9]{2,16}:[0-9a-f]{16,80}$"
+
+DatasetName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=DATASET_NAME_PATTERN,
+        description="Dataset name: letters, digits, `.`, `_`, `-`; no `@`.",
+    ),
+]
+Digest = Annotated[
+    str,
+    Field(
+        max_length=100,
+        pattern=DIGEST_PATTERN,
+        description="Content digest, `<algorithm>:<lowercase hex>`, e.g. `sha256:9f86d0...`.",
+    ),
+]
+Uri = Annotated[str, Field(min_length=1, max_length=2000, description="Where the bytes live.")]
+Score = Annotated[float, Field(allow_inf_nan=False)]
+# Any printable name but `"` and `\`, which would break a JSON path on SQLite.
+METRIC_PATTERN = r'^[^"\\\x00-\x1f]+$'
+Metric = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=200,
+        pattern=METRIC_PATTERN,
+        description='Metric name, e.g. `accuracy` or `pass@1`; no `"` or `\\`.',
+    ),
+]
+
+
+class DatasetVersionCreate(ApiModel):
+    project: str = Field(min_length=1, max_length=63, description="Project name.")
+    name: DatasetName
+    uri: Uri
+    digest: Digest
+    record_count: int | None = Field(default=None, ge=0, le=MAX_INT64)
+    schema_: dict[str, Any] = Field(
+        default_factory=dict, alias="schema", description="Free-form description of a record."
+    )
+    produced_by_run_id: Id | None = Field(
+        default=None, description="The run that wrote it; must be in the same project."
+    )
+
+
+class DatasetPublic(PublicModel):
+    id: int
+    project_id: int
+    name: str
+    description: str
+    latest_version: int | None = Field(description="None until a version is registered.")
+    created_at: datetime
+
+
+class DatasetVersionPublic(PublicModel):
+    id: int
+    dataset_id: int
+    project_id: int
+    name: str = Field(description="The dataset's name.")
+    version: int
+    ref: str = Field(description="`name@version`, as run specs refer to it.")
+    uri: str
+    digest: str
+    record_count: int | None
+    schema_: dict[str, Any] = Field(alias="schema")
+    produced_by_run_id: int | None
+    created_at: datetime
+
+
+class CheckpointCreate(ApiModel):
+    step: Step
+    uri: Uri
+    digest: Digest
+    size_bytes: int = Field(ge=0, le=MAX_INT64)
+    attempt: int | None = Field(
+        default=None, ge=1, le=MAX_INT32, description="Number of the run's attempt that wrote it."
+    )
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckpointPublic(PublicModel):
+    id: int
+    run_id: int
+    attempt_id: int | None
+    step: int
+    uri: str
+    digest: str
+    size_bytes: int
+    meta: dict[str, Any]
+    created_at: datetime
+    deleted_at: datetime | None
+
+
+class BestCheckpointPublic(CheckpointPublic):
+    """A checkpoint with the eval score that made it the best."""
+
+    metric: str
+    value: float
+    eval_result_id: int
+
+
+class EvalResultCreate(ApiModel):
+    checkpoint_id: Id
+    suite: str = Field(min_length=1, max_length=63)
+    scores: dict[Metric, Score] = Field(
+        min_length=1, max_length=1000, description="Metric name -> finite value."
+    )
+    eval_run_id: Id | None = Field(
+        default=None, description="The eval run that produced it; same project."
+    )
+
+
+class EvalResultPublic(PublicModel):
+    id: int
+    checkpoint_id: int
+    run_id: int = Field(description="The run that wrote the checkpoint.")
+    step: int = Field(description="The checkpoint's step.")
+    eval_run_id: int | None
+    suite: str
+    scores: dict[str, float]
+    created_at: datetime
+
+
+class RunInputCreate(ApiModel):
+    """Exactly one of a dataset version the run reads or the checkpoint it starts from."""
+
+    dataset_version_id: Id | None = None
+    checkpoint_id: Id | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "RunInputCreate":
+        if (self.dataset_version_id is None) == (self.checkpoint_id is None):
+            raise ValueError("set exactly one of `dataset_version_id` and `checkpoint_id`")
+        return self
+
+
+class RunInputPublic(PublicModel):
+    id: int
+    run_id: int
+    dataset_version_id: int | None
+    checkpoint_id: int | None
+    label: str = Field(description="`name@version`, or `<run> step <N>` for a checkpoint.")
+    created_at: datetime
+
+
+class NodeRef(PublicModel):
+    type: NodeType
+    id: int
+
+
+class LineageNode(PublicModel):
+    type: NodeType
+    id: int
+    label: str
+    depth: int = Field(description="Hops from the root.")
+    data: dict[str, Any]
+
+
+class LineageEdgePublic(PublicModel):
+    """Edges point the way data flows: from what was used to what was made."""
+
+    source: NodeRef
+    target: NodeRef
+    relation: EdgeRelation
+
+
+class LineageGraph(PublicModel):
+    root: NodeRef
+    nodes: list[LineageNode]
+    edges: list[LineageEdgePublic]
+    truncated: bool = Field(
+        description="True when the walk hit the node cap; ask again with a smaller depth."
+    )

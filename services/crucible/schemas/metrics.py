@@ -1,0 +1,92 @@
+"""Metric points in, metric series out.
+
+History is columnar (one list per field, per series): 100,000 points cost three JSON arrays
+instead of 100,000 objects, which is both smaller on the wire and faster on both ends.
+"""
+
+from typing import Annotated, NotRequired
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
+
+from crucible.schemas.common import ApiModel, PublicModel, Step
+
+MAX_BATCH_POINTS = 10_000
+# Commas are refused because the history filter `keys=a,b` splits on them.
+KEY_PATTERN = r"^[^,\x00-\x1f\x7f]+$"
+
+
+# A TypedDict rather than a model: pydantic validates a 10,000-point batch about twice as
+# fast when it need not build an object per point.
+@with_config(ConfigDict(extra="forbid"))
+class MetricPointIn(TypedDict):
+    """One value of one metric at one step."""
+
+    key: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=250,
+            pattern=KEY_PATTERN,
+            description="The metric's name, e.g. `train/loss`; no commas or control characters.",
+        ),
+    ]
+    step: Annotated[Step, Field(description="Training step; one value per key and step.")]
+    value: Annotated[
+        float,
+        Field(allow_inf_nan=False, description="A finite number; NaN and infinities are refused."),
+    ]
+    time: NotRequired[
+        Annotated[
+            float | None,
+            Field(
+                allow_inf_nan=False,
+                description="Seconds since the epoch; default: when the server receives it.",
+            ),
+        ]
+    ]
+
+
+class MetricBatch(ApiModel):
+    """Up to 10,000 points of one run. A (key, step) already stored is a duplicate and keeps
+    its first value; within one batch, too, the first occurrence of a (key, step) wins."""
+
+    points: list[MetricPointIn] = Field(max_length=MAX_BATCH_POINTS)
+
+
+class IngestResult(PublicModel):
+    accepted: int = Field(description="Points stored by this request.")
+    duplicates: int = Field(description="Points whose (key, step) was already stored or repeated.")
+    replayed: bool = Field(
+        default=False,
+        description="True when this is the stored answer to an earlier request with the same "
+        "Idempotency-Key; nothing was written this time.",
+    )
+
+
+class MetricSeriesPublic(PublicModel):
+    """One metric's points in step order, as parallel arrays."""
+
+    key: str
+    steps: list[int]
+    values: list[float]
+    times: list[float] = Field(description="Seconds since the epoch, per point.")
+    total_points: int = Field(description="Points in the requested step range before reduction.")
+    downsampled: bool = Field(description="True when fewer than `total_points` came back.")
+
+
+class MetricHistory(PublicModel):
+    run_id: int
+    series: list[MetricSeriesPublic] = Field(description="By key; keys with no points are absent.")
+
+
+class MetricKeyPublic(PublicModel):
+    key: str
+    point_count: int
+    last_step: int | None
+    last_value: float | None
+
+
+class MetricKeysPublic(PublicModel):
+    run_id: int
+    keys: list[MetricKeyPublic]
