@@ -13,14 +13,11 @@ Every test module here sets ``pytestmark = pytest.mark.k8s``.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import cluster_helpers as h
+from tests.k8s import cluster_helpers as h
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,10 +27,13 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[h.Cluster]:
     was_running = h.cluster_command("env", timeout=60).returncode == 0
+    error = None
     try:
         c = h.cluster_up()
-    except Exception as exc:
-        pytest.fail(f"the local Kubernetes cluster could not come up: {exc}", pytrace=False)
+    except Exception as exc:  # surface the script's own error
+        error = exc
+    if error is not None:
+        pytest.fail(f"the local Kubernetes cluster could not come up: {error}", pytrace=False)
     saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "PATH")}
     os.environ["KUBECONFIG"] = c.kubeconfig
     os.environ["PATH"] = c.bin_dir + os.pathsep + os.environ.get("PATH", "")

@@ -8,8 +8,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-import cluster_helpers as h
 import pytest
+
+from tests.k8s import cluster_helpers as h
 
 pytestmark = pytest.mark.k8s
 
@@ -160,6 +161,17 @@ def test_preemption_style_disruption(namespace):
     h.wait_pod_gone(namespace, "preempted", timeout=30)
 
 
+def test_node_condition_can_be_broken_and_restored(cluster):
+    node = h.add_fake_node()
+    try:
+        h.lose_node(node, "Unknown")
+        assert h.node_ready_status(node) == "Unknown"
+        h.restore_node(node)
+        assert h.node_ready_status(node) == "True"
+    finally:
+        h.delete_node(node)
+
+
 # --- garbage collection ----------------------------------------------------------------
 
 
@@ -227,7 +239,7 @@ def _crd(suffix: str, group: str) -> dict:
                                         "replicas": {
                                             "type": "integer",
                                             "minimum": 0,
-                                            "description": "How many widget replicas to run right now.",
+                                            "description": "How many widget replicas to run now.",
                                         },
                                         "maxReplicas": {
                                             "type": "integer",
@@ -265,7 +277,7 @@ def widget_crd(cluster):
 
 
 def test_crd_cel_rule_rejects_bad_object(namespace, widget_crd):
-    plural, group, kind = widget_crd
+    _plural, group, kind = widget_crd
     good = {
         "apiVersion": f"{group}/v1alpha1",
         "kind": kind,
