@@ -85,11 +85,12 @@ class RunInput(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    # Indexed so deleting a checkpoint or dataset version finds its inputs without a scan.
     dataset_version_id: Mapped[int | None] = mapped_column(
-        ForeignKey("dataset_versions.id", ondelete="CASCADE")
+        ForeignKey("dataset_versions.id", ondelete="CASCADE"), index=True
     )
     checkpoint_id: Mapped[int | None] = mapped_column(
-        ForeignKey("checkpoints.id", ondelete="CASCADE")
+        ForeignKey("checkpoints.id", ondelete="CASCADE"), index=True
     )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
@@ -108,7 +109,9 @@ class LineageEdge(Base):
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
     src_type: Mapped[str] = mapped_column(String(16))
     src_id: Mapped[int] = mapped_column(BigInteger)
     dst_type: Mapped[str] = mapped_column(String(16))

@@ -53,7 +53,7 @@ class Attempt(Base):
     number: Mapped[int] = mapped_column(Integer)
     start_reason: Mapped[str] = mapped_column(String(32))
     resumed_from_checkpoint_id: Mapped[int | None] = mapped_column(
-        ForeignKey("checkpoints.id", ondelete="SET NULL", use_alter=True)
+        ForeignKey("checkpoints.id", ondelete="SET NULL", use_alter=True), index=True
     )
     end_reason: Mapped[str | None] = mapped_column(String(64))
     exit_code: Mapped[int | None] = mapped_column(Integer)
