@@ -59,6 +59,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+# For tests that only mean something on Postgres (row locks, real concurrency).
+postgres_only = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
+
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     return load_settings(home=tmp_path / "home", database_url=database_url, admin_token=ADMIN_TOKEN)

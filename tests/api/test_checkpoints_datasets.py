@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crucible.db.tables import Checkpoint
-from tests.conftest import bearer, make_project, make_token
+from tests.conftest import bearer, make_project, make_token, postgres_only
 
 API = "/api/v1"
 
@@ -137,11 +137,8 @@ def test_versions_number_per_dataset_and_same_digest_is_idempotent(admin: TestCl
     assert fetched["ref"] == "prompts@2" and fetched["digest"] == digest("b")
 
 
-def test_concurrent_registrations_number_versions_without_gaps(
-    admin: TestClient, database_url: str
-) -> None:
-    if database_url.startswith("sqlite"):
-        pytest.skip("SQLite runs one writer at a time; the race needs Postgres row locks")
+@postgres_only
+def test_concurrent_registrations_number_versions_without_gaps(admin: TestClient) -> None:
     make_project(admin)
 
     def register(n: int) -> Any:

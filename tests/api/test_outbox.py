@@ -3,14 +3,13 @@
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from crucible.db.tables import OutboxMessage
 from tests.api.test_checkpoints_datasets import API, digest, register_checkpoint, submit_train
-from tests.conftest import make_project
+from tests.conftest import make_project, postgres_only
 
 
 def outbox(app: FastAPI, topic: str) -> list[dict[str, Any]]:
@@ -61,11 +60,8 @@ def test_refused_checkpoint_enqueues_nothing(admin: TestClient, app: FastAPI) ->
     assert steps == [100, 200]
 
 
-def test_concurrent_retries_of_one_checkpoint_enqueue_once(
-    admin: TestClient, app: FastAPI, database_url: str
-) -> None:
-    if database_url.startswith("sqlite"):
-        pytest.skip("SQLite runs one writer at a time; the race needs Postgres row locks")
+@postgres_only
+def test_concurrent_retries_of_one_checkpoint_enqueue_once(admin: TestClient, app: FastAPI) -> None:
     make_project(admin)
     run_id = submit_train(admin)["id"]
     body = {"step": 100, "uri": "s3://x", "digest": digest("a"), "size_bytes": 1}

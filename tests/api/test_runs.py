@@ -103,3 +103,11 @@ def test_list_runs_paginates_filters_and_sorts(admin: TestClient) -> None:
     assert [r["id"] for r in cancelled] == [ids[0]]
     garbage = admin.get("/api/v1/runs", params={"cursor": "not-a-cursor"})
     assert garbage.status_code == 422
+
+
+def test_bad_query_values_are_422_at_their_query_path(admin: TestClient) -> None:
+    make_project(admin)
+    response = admin.get("/api/v1/runs", params={"tag": "no-equals-sign"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "tag"]
+    assert response.json()["detail"][0]["input"] == "no-equals-sign"

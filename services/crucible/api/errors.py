@@ -44,7 +44,7 @@ async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
             422,
             [
                 {
-                    "loc": ["body", *exc.field.split(".")],
+                    "loc": [exc.location, *exc.field.split(".")],
                     "msg": str(exc),
                     "input": exc.value,
                     "type": "value_error",

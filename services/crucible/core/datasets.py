@@ -190,7 +190,10 @@ def resolve(
     """`name@<version>` or `name@latest` -> that version of the project's dataset."""
     if _REF.fullmatch(ref) is None:
         raise InvalidInput(
-            "ref", ref, "write a dataset reference as name@<version> or name@latest, e.g. prompts@3"
+            "ref",
+            ref,
+            "write a dataset reference as name@<version> or name@latest, e.g. prompts@3",
+            location="query",
         )
     name, _, wanted = ref.rpartition("@")
     row = project_by_name(session, project)

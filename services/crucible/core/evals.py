@@ -33,6 +33,7 @@ def record_result(
                 result_in.eval_run_id,
                 f"run {eval_run.name!r} is a {eval_run.kind} run; "
                 "give the id of the eval run that produced these scores",
+                location="body",
             )
 
     existing = session.scalar(

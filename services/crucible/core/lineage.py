@@ -132,6 +132,7 @@ def link_input(
                 checkpoint_id,
                 f"run {run.id} wrote this checkpoint, so it cannot start from it; "
                 "resume through a new attempt instead",
+                location="body",
             )
         link_checkpoint_input(
             session, project_id=run.project_id, checkpoint_id=checkpoint_id, run_id=run.id
@@ -203,7 +204,7 @@ def graph(
     """Everything within `depth` hops of a node: upstream (what it was made from), downstream
     (what was made from it) or both, as nodes with labels and the edges walked."""
     if not 1 <= depth <= MAX_DEPTH:
-        raise InvalidInput("depth", depth, f"walk between 1 and {MAX_DEPTH} hops")
+        raise InvalidInput("depth", depth, f"walk between 1 and {MAX_DEPTH} hops", location="query")
     entity = node_type.value.replace("_", " ")
     root: Node = (node_type.value, node_id)
     root_fact = _load_nodes(session, [root]).get(root)

@@ -375,7 +375,9 @@ def history(
     list would cost more than reading it."""
     run = load_run(session, principal, run_id, Role.viewer)
     if max_points is not None and max_points < MIN_POINTS:
-        raise InvalidInput("max_points", max_points, f"ask for at least {MIN_POINTS} points")
+        raise InvalidInput(
+            "max_points", max_points, f"ask for at least {MIN_POINTS} points", location="query"
+        )
     low = 0 if step_min is None else step_min
     high = MAX_INT64 if step_max is None else step_max
 

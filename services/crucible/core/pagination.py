@@ -29,7 +29,9 @@ def decode_cursor(cursor: str) -> tuple[Any, int]:
         if not isinstance(row_id, int):
             raise TypeError(row_id)
     except (ValueError, TypeError, KeyError) as exc:
-        raise InvalidInput("cursor", cursor, "not a cursor this API returned") from exc
+        raise InvalidInput(
+            "cursor", cursor, "not a cursor this API returned", location="query"
+        ) from exc
     return sort_value, row_id
 
 

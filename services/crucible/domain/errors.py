@@ -32,12 +32,16 @@ class Forbidden(CrucibleError):
 
 
 class InvalidInput(CrucibleError):
-    """Input that passed schema validation but breaks a rule that needs the database."""
+    """Input that passed schema validation but breaks a rule that needs the database.
 
-    def __init__(self, field: str, value: object, message: str) -> None:
+    `location` is where the field came from, as in FastAPI's error paths: "query" or "body".
+    """
+
+    def __init__(self, field: str, value: object, message: str, *, location: str) -> None:
         super().__init__(f"{field}: {message} (got {value!r})")
         self.field = field
         self.value = value
+        self.location = location
 
 
 class ServiceUnavailable(CrucibleError):
