@@ -1,55 +1,23 @@
 """The CLI against a real `crucible server` process in embedded mode, as a user runs it."""
 
-import os
-import socket
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.servers import free_port, local_server
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train-and-eval.yaml"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def server_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """One server for the module: starting one costs seconds, and tests use distinct names."""
-    tmp_path = tmp_path_factory.mktemp("server")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
-    env |= {"CRUCIBLE_HOME": str(tmp_path / "home"), "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "crucible", "server", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{env['CRUCIBLE_API_URL']}/readyz").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("server did not start:\n" + (tmp_path / "server.log").read_text())
-        time.sleep(0.2)
-    yield env
-    process.terminate()
-    process.wait(10)
+    with local_server(tmp_path_factory.mktemp("server")) as server:
+        yield server.env
 
 
 def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -63,35 +31,35 @@ def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_first_start_saves_an_owner_only_admin_token(local_server: dict[str, str]) -> None:
-    token_file = Path(local_server["CRUCIBLE_HOME"]) / "token"
+def test_first_start_saves_an_owner_only_admin_token(server_env: dict[str, str]) -> None:
+    token_file = Path(server_env["CRUCIBLE_HOME"]) / "token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     token = token_file.read_text().strip()
     assert token.startswith("cru_")
-    log = (Path(local_server["CRUCIBLE_HOME"]).parent / "server.log").read_text()
+    log = (Path(server_env["CRUCIBLE_HOME"]).parent / "server.log").read_text()
     assert log.count(token) == 1  # printed once, at first start
 
 
-def test_submit_list_show_and_lineage(local_server: dict[str, str]) -> None:
-    submitted = crucible(local_server, "submit", str(EXAMPLE))
+def test_submit_list_show_and_lineage(server_env: dict[str, str]) -> None:
+    submitted = crucible(server_env, "submit", str(EXAMPLE))
     assert submitted.returncode == 0, submitted.stderr
     assert "TrainingRun arith-sft submitted as run 1" in submitted.stdout
     assert "EvalJob arith-sft-eval submitted as run 2" in submitted.stdout
-    listed = crucible(local_server, "runs", "ls")
+    listed = crucible(server_env, "runs", "ls")
     assert "arith-sft" in listed.stdout and "Pending" in listed.stdout
-    shown = crucible(local_server, "runs", "show", "1")
+    shown = crucible(server_env, "runs", "show", "1")
     assert shown.returncode == 0 and "Submitted" in shown.stdout
-    lineage = crucible(local_server, "lineage", "run", "1")
+    lineage = crucible(server_env, "lineage", "run", "1")
     assert lineage.returncode == 0, lineage.stderr
 
 
-def test_token_create_prints_a_working_token(local_server: dict[str, str]) -> None:
-    created = crucible(local_server, "token", "create", "--project", "default", "--role", "viewer")
+def test_token_create_prints_a_working_token(server_env: dict[str, str]) -> None:
+    created = crucible(server_env, "token", "create", "--project", "default", "--role", "viewer")
     assert created.returncode == 0, created.stderr
     viewer = created.stdout.strip()
-    listed = crucible(local_server | {"CRUCIBLE_TOKEN": viewer}, "runs", "ls")
+    listed = crucible(server_env | {"CRUCIBLE_TOKEN": viewer}, "runs", "ls")
     assert listed.returncode == 0, listed.stderr
-    refused = crucible(local_server | {"CRUCIBLE_TOKEN": viewer}, "submit", str(EXAMPLE))
+    refused = crucible(server_env | {"CRUCIBLE_TOKEN": viewer}, "submit", str(EXAMPLE))
     assert refused.returncode == 1
     assert "403" in refused.stderr and "editor" in refused.stderr
 
@@ -110,7 +78,7 @@ def test_token_create_prints_a_working_token(local_server: dict[str, str]) -> No
     ],
 )
 def test_bad_yaml_is_one_clear_line_and_submits_nothing(
-    local_server: dict[str, str], tmp_path: Path, content: str, expected: str
+    server_env: dict[str, str], tmp_path: Path, content: str, expected: str
 ) -> None:
     """A valid document first, then a bad one: the file is refused whole, before any submit."""
     good = (
@@ -120,20 +88,20 @@ def test_bad_yaml_is_one_clear_line_and_submits_nothing(
     )
     bad_file = tmp_path / "bad.yaml"
     bad_file.write_text(good + "---\n" + content if content else "")
-    result = crucible(local_server, "submit", str(bad_file))
+    result = crucible(server_env, "submit", str(bad_file))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     if content:
         assert expected in result.stderr, result.stderr
     else:
         assert "holds no YAML documents" in result.stderr
-    assert "is-never-submitted" not in crucible(local_server, "runs", "ls").stdout
+    assert "is-never-submitted" not in crucible(server_env, "runs", "ls").stdout
 
 
-def test_unknown_run_and_unreachable_api(local_server: dict[str, str]) -> None:
-    missing = crucible(local_server, "runs", "show", "999")
+def test_unknown_run_and_unreachable_api(server_env: dict[str, str]) -> None:
+    missing = crucible(server_env, "runs", "show", "999")
     assert missing.returncode == 1 and "run 999 not found" in missing.stderr
     down = crucible(
-        local_server | {"CRUCIBLE_API_URL": f"http://127.0.0.1:{free_port()}"}, "runs", "ls"
+        server_env | {"CRUCIBLE_API_URL": f"http://127.0.0.1:{free_port()}"}, "runs", "ls"
     )
     assert down.returncode == 1 and "cannot reach" in down.stderr

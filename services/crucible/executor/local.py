@@ -1,0 +1,293 @@
+"""The local executor: starts attempts of local runs as process groups and reports them.
+
+It talks to the control plane only through the REST client, like the operator does, so the
+two backends share one state machine and one record of phases, attempts and events.
+"""
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from crucible.client import ApiError, CrucibleClient
+from crucible.domain import reasons
+from crucible.domain.enums import AttemptReason, Backend, Phase
+from crucible.executor.gpus import GpuPool
+from crucible.executor.launch import build_command, build_env
+from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
+
+log = logging.getLogger(__name__)
+
+# Exit code a workload uses after checkpointing on SIGTERM (128 + SIGTERM), as in Kubernetes.
+PREEMPTED_EXIT = 143
+_RESTART_REASON = {
+    reasons.REASON_PREEMPTED: AttemptReason.preemption,
+    reasons.REASON_NODE_LOST: AttemptReason.node_lost,
+}
+
+
+@dataclass
+class ActiveAttempt:
+    run_id: int
+    number: int
+    process: subprocess.Popen[bytes]
+    gpus: list[int]
+    log_file: IO[bytes]
+    preempted: bool = False
+    stop_deadline: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class LocalExecutor:
+    def __init__(
+        self,
+        client: CrucibleClient,
+        *,
+        api_url: str,
+        token: str,
+        home: Path,
+        gpus: GpuPool,
+        grace_seconds: float = 30.0,
+    ) -> None:
+        self._client = client
+        self._api_url = api_url
+        self._token = token
+        self._home = home
+        self._gpus = gpus
+        self._grace = grace_seconds
+        self._active: dict[int, ActiveAttempt] = {}
+        self._lock = threading.Lock()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, poll_seconds: float = 0.5) -> None:
+        self.adopt_orphans()
+        while not stop.is_set():
+            try:
+                self.tick()
+            except ApiError as exc:  # the API restarting must not kill the executor
+                log.warning("executor tick failed: %s", exc)
+            stop.wait(poll_seconds)
+        self.shutdown()
+
+    def tick(self) -> None:
+        with self._lock:
+            self._reap()
+            self._stop_cancelled()
+            self._start_waiting()
+
+    def adopt_orphans(self) -> None:
+        """Runs left Running by an executor that died lost their processes: end those
+        attempts as node-lost, so recovery (or the user) can start the next one."""
+        for run in self._local_runs(Phase.Running):
+            if run.id in self._active:
+                continue
+            self._end_attempt(run, reasons.REASON_NODE_LOST, None, "the executor restarted")
+            self._report(
+                run.id,
+                Phase.Interrupted,
+                reasons.REASON_NODE_LOST,
+                "its processes were lost when the executor restarted",
+            )
+
+    # -- user actions ------------------------------------------------------------------------
+
+    def preempt(self, run_id: int) -> bool:
+        """SIGTERM the run's processes, like a node drain; the workload checkpoints and exits."""
+        with self._lock:
+            active = self._active.get(run_id)
+            if active is None:
+                return False
+            active.preempted = True
+            self._signal(active, signal.SIGTERM)
+            active.stop_deadline = time.monotonic() + self._grace
+            return True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for active in self._active.values():
+                self._signal(active, signal.SIGTERM)
+            deadline = time.monotonic() + self._grace
+            for active in self._active.values():
+                remaining = max(deadline - time.monotonic(), 0.1)
+                try:
+                    active.process.wait(remaining)
+                except subprocess.TimeoutExpired:
+                    self._signal(active, signal.SIGKILL)
+            self._reap()
+
+    def log_path(self, run_id: int, attempt: int) -> Path:
+        return self._home / "runs" / str(run_id) / f"attempt-{attempt}.log"
+
+    # -- steps of a tick ---------------------------------------------------------------------
+
+    def _start_waiting(self) -> None:
+        for phase in (Phase.Pending, Phase.Scheduling):
+            for run in self._local_runs(phase):
+                if run.id not in self._active:
+                    self._try_start(run)
+
+    def _try_start(self, run: RunPublic) -> None:
+        gpus = self._gpus.take(run.gpus)
+        if gpus is None:
+            if run.gpus > self._gpus.total:
+                self._report(
+                    run.id,
+                    Phase.Failed,
+                    reasons.REASON_UNSCHEDULABLE,
+                    f"needs {run.gpus} GPUs; this machine has {self._gpus.total}",
+                )
+            elif run.phase == Phase.Pending:
+                self._report(
+                    run.id,
+                    Phase.Scheduling,
+                    reasons.REASON_UNSCHEDULABLE,
+                    f"waiting for {run.gpus} free GPUs",
+                )
+            return
+        if run.phase == Phase.Pending:
+            self._report(run.id, Phase.Scheduling, "", "")
+        reason, resume_from = self._next_attempt_origin(run)
+        attempt = self._client.start_attempt(
+            run.id, AttemptStart(reason=reason, resumed_from_checkpoint_id=resume_from)
+        )
+        path = self.log_path(run.id, attempt.number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = path.open("ab")
+        try:
+            process = subprocess.Popen(  # noqa: S603 - the command is the user's own spec
+                build_command(run),
+                env=build_env(
+                    run,
+                    attempt=attempt.number,
+                    api_url=self._api_url,
+                    token=self._token,
+                    home=self._home,
+                    gpus=gpus,
+                    resume_from=resume_from,
+                ),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # Its own process group, so signals reach torchrun's children too.
+                start_new_session=True,
+                cwd=self._home,
+            )
+        except OSError as exc:
+            log_file.close()
+            self._gpus.give_back(gpus)
+            self._client.end_attempt(
+                run.id,
+                attempt.number,
+                AttemptEnd(end_reason=reasons.REASON_ERROR_EXIT, message=f"could not start: {exc}"),
+            )
+            self._report(
+                run.id,
+                Phase.Failed,
+                reasons.REASON_ERROR_EXIT,
+                f"could not start the workload: {exc}",
+            )
+            return
+        self._active[run.id] = ActiveAttempt(run.id, attempt.number, process, gpus, log_file)
+        self._report(run.id, Phase.Running, "", f"attempt {attempt.number}, pid {process.pid}")
+
+    def _next_attempt_origin(self, run: RunPublic) -> tuple[AttemptReason, int | None]:
+        if run.attempt_count == 0:
+            return AttemptReason.initial, None
+        previous = self._client.list_attempts(run.id)[-1]
+        reason = _RESTART_REASON.get(previous.end_reason or "", AttemptReason.failure_retry)
+        latest = self._client.latest_checkpoint(run.id)
+        return reason, latest.id if latest is not None else None
+
+    def _stop_cancelled(self) -> None:
+        for active in list(self._active.values()):
+            if active.stop_deadline is not None:
+                if time.monotonic() > active.stop_deadline:
+                    self._signal(active, signal.SIGKILL)
+                continue
+            if self._client.get_run(active.run_id).phase == Phase.Cancelled:
+                self._signal(active, signal.SIGTERM)
+                active.stop_deadline = time.monotonic() + self._grace
+
+    def _reap(self) -> None:
+        for run_id, active in list(self._active.items()):
+            code = active.process.poll()
+            if code is None:
+                continue
+            del self._active[run_id]
+            active.log_file.close()
+            self._gpus.give_back(active.gpus)
+            self._finish(active, code)
+
+    def _finish(self, active: ActiveAttempt, code: int) -> None:
+        run = self._client.get_run(active.run_id)
+        if run.phase == Phase.Cancelled:
+            self._end(active, reasons.REASON_CANCELLED_BY_USER, code, "stopped on cancel")
+        elif run.phase != Phase.Running:
+            # Moved on without us (the attempt was already judged lost): record, don't judge.
+            self._end(active, reasons.REASON_NODE_LOST, code, f"exited while {run.phase}")
+        elif active.preempted:
+            self._end(active, reasons.REASON_PREEMPTED, code, "preempted (SIGTERM)")
+            self._report(
+                run.id,
+                Phase.Interrupted,
+                reasons.REASON_PREEMPTED,
+                f"attempt {active.number} preempted",
+            )
+        elif code == 0:
+            self._end(active, reasons.REASON_COMPLETED, code, "")
+            self._report(run.id, Phase.Succeeded, reasons.REASON_COMPLETED, "")
+        else:
+            why = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
+            self._end(active, reasons.REASON_ERROR_EXIT, code, why)
+            self._report(
+                run.id,
+                Phase.Failed,
+                reasons.REASON_ERROR_EXIT,
+                f"attempt {active.number} failed: {why}; see "
+                f"{self.log_path(run.id, active.number)}",
+            )
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _local_runs(self, phase: Phase) -> list[RunPublic]:
+        page = self._client.list_runs(phase=phase.value, descending=False, limit=1000)
+        return [r for r in page.items if r.backend == Backend.local]
+
+    def _end(self, active: ActiveAttempt, reason: str, code: int | None, message: str) -> None:
+        try:
+            self._client.end_attempt(
+                active.run_id,
+                active.number,
+                AttemptEnd(end_reason=reason, exit_code=code, message=message),
+            )
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            # Someone else (the heartbeat watchdog, another executor) ended it first.
+            log.info(
+                "attempt %s of run %s was already ended: %s", active.number, active.run_id, exc
+            )
+
+    def _end_attempt(self, run: RunPublic, reason: str, code: int | None, message: str) -> None:
+        attempts = self._client.list_attempts(run.id)
+        if attempts and attempts[-1].ended_at is None:
+            self._client.end_attempt(
+                run.id,
+                attempts[-1].number,
+                AttemptEnd(end_reason=reason, exit_code=code, message=message),
+            )
+
+    def _report(self, run_id: int, phase: Phase, reason: str, message: str) -> None:
+        self._client.report_phase(run_id, PhaseReport(phase=phase, reason=reason, message=message))
+
+    @staticmethod
+    def _signal(active: ActiveAttempt, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(active.process.pid, signum)

@@ -1,0 +1,172 @@
+"""The local executor against a real server: phases, attempts, logs, preemption, GPU queueing.
+
+Workloads here are small Python programs given as the spec's command, so each test shows one
+behaviour of the executor and finishes in seconds.
+"""
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from crucible.client import CrucibleClient
+from crucible.executor.gpus import GpuPool
+from crucible.executor.local import LocalExecutor
+from crucible.schemas.runs import RunPublic, RunSubmit
+from tests.servers import LocalServer, local_server
+
+TRAP_SIGTERM = """
+import signal, sys, time
+def on_term(*_):
+    print("checkpointed on SIGTERM", flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+print("training", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    with local_server(tmp_path_factory.mktemp("executor")) as running:
+        yield running
+
+
+@pytest.fixture
+def client(server: LocalServer) -> Iterator[CrucibleClient]:
+    with CrucibleClient(server.url, server.token) as api:
+        yield api
+
+
+def make_executor(server: LocalServer, client: CrucibleClient, gpus: list[int]) -> LocalExecutor:
+    return LocalExecutor(
+        client,
+        api_url=server.url,
+        token=server.token,
+        home=server.home,
+        gpus=GpuPool(gpus),
+        grace_seconds=5,
+    )
+
+
+def submit(client: CrucibleClient, name: str, code: str, **spec: object) -> RunPublic:
+    manifest = {
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {"experiment": "executor", "command": [sys.executable, "-c", code], **spec},
+    }
+    return client.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
+
+
+def tick_until(executor: LocalExecutor, done: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, "timed out waiting for the executor"
+        executor.tick()
+        time.sleep(0.1)
+
+
+def phase_of(client: CrucibleClient, run_id: int) -> str:
+    return client.get_run(run_id).phase.value
+
+
+def test_success_records_phases_attempt_env_and_log(
+    server: LocalServer, client: CrucibleClient
+) -> None:
+    code = (
+        "import os; print('run', os.environ['CRUCIBLE_RUN_ID'], 'attempt', "
+        "os.environ['CRUCIBLE_ATTEMPT'], os.environ['CRUCIBLE_CONFIG'])"
+    )
+    run = submit(client, "ok-run", code, config={"lr": 0.1})
+    executor = make_executor(server, client, [])
+    tick_until(executor, lambda: phase_of(client, run.id) == "Succeeded")
+    attempts = client.list_attempts(run.id)
+    assert [(a.number, a.start_reason.value, a.end_reason, a.exit_code) for a in attempts] == [
+        (1, "initial", "Completed", 0)
+    ]
+    phases = [e.data.get("phase") for e in client.list_events(run.id) if e.type == "PhaseChanged"]
+    assert phases == ["Scheduling", "Running", "Succeeded"]
+    log = executor.log_path(run.id, 1).read_text()
+    assert f"run {run.id} attempt 1 " in log and '"lr": 0.1' in log
+
+
+def test_non_zero_exit_fails_with_the_code(server: LocalServer, client: CrucibleClient) -> None:
+    run = submit(client, "bad-run", "import sys; sys.exit(3)")
+    executor = make_executor(server, client, [])
+    tick_until(executor, lambda: phase_of(client, run.id) == "Failed")
+    attempt = client.list_attempts(run.id)[0]
+    assert (attempt.end_reason, attempt.exit_code) == ("ErrorExit", 3)
+    assert "exit code 3" in client.get_run(run.id).message
+
+
+def test_preempt_sends_sigterm_and_ends_the_attempt_as_interrupted(
+    server: LocalServer, client: CrucibleClient
+) -> None:
+    run = submit(client, "preempted-run", TRAP_SIGTERM)
+    executor = make_executor(server, client, [])
+    tick_until(executor, lambda: phase_of(client, run.id) == "Running")
+    tick_until(executor, lambda: "training" in executor.log_path(run.id, 1).read_text())
+    assert executor.preempt(run.id)
+    tick_until(executor, lambda: phase_of(client, run.id) == "Interrupted")
+    attempt = client.list_attempts(run.id)[0]
+    assert (attempt.end_reason, attempt.exit_code) == ("Preempted", 143)
+    assert "checkpointed on SIGTERM" in executor.log_path(run.id, 1).read_text()
+
+
+def test_cancel_stops_the_processes(server: LocalServer, client: CrucibleClient) -> None:
+    run = submit(client, "cancelled-run", "import time; time.sleep(600)")
+    executor = make_executor(server, client, [])
+    tick_until(executor, lambda: phase_of(client, run.id) == "Running")
+    client.cancel_run(run.id)
+    tick_until(executor, lambda: client.list_attempts(run.id)[0].ended_at is not None)
+    assert client.list_attempts(run.id)[0].end_reason == "CancelledByUser"
+    assert phase_of(client, run.id) == "Cancelled"
+
+
+def test_runs_queue_for_gpus_and_get_their_own_devices(
+    server: LocalServer, client: CrucibleClient
+) -> None:
+    code = "import os, time; print('gpus', os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(1)"
+    first = submit(client, "gpu-first", code, gpusPerNode=2, processesPerNode=1)
+    second = submit(client, "gpu-second", code, gpusPerNode=2, processesPerNode=1)
+    too_big = submit(client, "gpu-too-big", code, gpusPerNode=4)
+    executor = make_executor(server, client, [0, 1])
+    tick_until(executor, lambda: phase_of(client, first.id) == "Running")
+    assert phase_of(client, second.id) == "Scheduling"
+    assert phase_of(client, too_big.id) == "Failed"
+    assert "needs 4 GPUs" in client.get_run(too_big.id).message
+    tick_until(executor, lambda: phase_of(client, second.id) == "Succeeded")
+    assert phase_of(client, first.id) == "Succeeded"
+    for run in (first, second):
+        assert "gpus 0,1" in executor.log_path(run.id, 1).read_text()
+
+
+def test_runs_left_running_by_a_dead_executor_are_interrupted(
+    server: LocalServer, client: CrucibleClient
+) -> None:
+    run = submit(client, "orphan-run", "import time; time.sleep(600)")
+    crashed = make_executor(server, client, [])
+    tick_until(crashed, lambda: phase_of(client, run.id) == "Running")
+    make_executor(server, client, []).adopt_orphans()
+    assert phase_of(client, run.id) == "Interrupted"
+    assert client.list_attempts(run.id)[0].end_reason == "NodeLost"
+    crashed.shutdown()  # its late exit report must not overrule the adopted state
+    assert phase_of(client, run.id) == "Interrupted"
+
+
+def test_run_loop_stops_cleanly(server: LocalServer, client: CrucibleClient) -> None:
+    run = submit(client, "loop-run", "print('done')")
+    executor = make_executor(server, client, [])
+    stop = threading.Event()
+    thread = threading.Thread(target=executor.run, args=(stop, 0.1))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while phase_of(client, run.id) != "Succeeded":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive()

@@ -1,0 +1,71 @@
+"""A real `crucible server` process in embedded mode, for tests that drive it as users do."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+@dataclass(frozen=True)
+class LocalServer:
+    url: str
+    home: Path
+    env: dict[str, str]  # the environment a CLI or workload needs to reach it
+    log: Path
+
+    @property
+    def token(self) -> str:
+        return (self.home / "token").read_text().strip()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def local_server(workdir: Path, startup_seconds: float = 60) -> Iterator[LocalServer]:
+    port = free_port()
+    home = workdir / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
+    env |= {"CRUCIBLE_HOME": str(home), "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
+    log = workdir / "server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "crucible", "server", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_ready(env["CRUCIBLE_API_URL"], process, log, startup_seconds)
+        yield LocalServer(url=env["CRUCIBLE_API_URL"], home=home, env=env, log=log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("crucible server did not start:\n" + log.read_text())
+        time.sleep(0.2)
