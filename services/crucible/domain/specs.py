@@ -83,6 +83,8 @@ class CheckpointRef(SpecModel):
 
 
 class CheckpointPolicy(SpecModel):
+    """How often checkpoints are written, how many are kept, and where."""
+
     every_steps: Annotated[int, Field(ge=1, description="Save every N optimizer steps.")] = 100
     keep_last: Annotated[
         int, Field(ge=1, description="Keep the last K (the best and in-use ones are kept too).")
@@ -94,6 +96,8 @@ class CheckpointPolicy(SpecModel):
 
 
 class EvalPolicy(SpecModel):
+    """An eval suite run on every checkpoint the run writes."""
+
     suite: Annotated[str, Field(min_length=1, max_length=63, description="Eval suite name.")]
     gpus: Annotated[int, Field(ge=0, le=16, description="GPUs for each eval job.")] = 0
     config: Annotated[
@@ -102,6 +106,12 @@ class EvalPolicy(SpecModel):
 
 
 class RecoveryPolicy(SpecModel):
+    """How many new attempts a run gets, and how long it waits before each.
+
+    Interruptions (preemption, eviction, a lost node) and application failures are
+    counted separately: a run is Failed when either budget is spent.
+    """
+
     max_interruptions: Annotated[
         int, Field(ge=0, description="Preemptions / node losses tolerated (infrastructure).")
     ] = 20
@@ -114,18 +124,43 @@ class RecoveryPolicy(SpecModel):
 
 
 class Toleration(SpecModel):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    """A Kubernetes toleration copied to every pod of the run."""
+
+    key: Annotated[
+        str | None, Field(description="Taint key to tolerate; empty with `Exists` matches all.")
+    ] = None
+    operator: Annotated[
+        Literal["Exists", "Equal"] | None,
+        Field(description="`Exists` or `Equal` (the default in Kubernetes)."),
+    ] = None
+    value: Annotated[
+        str | None, Field(description="Taint value to match when the operator is `Equal`.")
+    ] = None
+    effect: Annotated[
+        Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None,
+        Field(description="Taint effect to match; empty matches all effects."),
+    ] = None
+    toleration_seconds: Annotated[
+        int | None,
+        Field(description="How long a `NoExecute` taint is tolerated before eviction."),
+    ] = None
 
 
 class Scheduling(SpecModel):
-    priority_class_name: str | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    scheduler_name: str | None = None
+    """Where and with what priority the run's pods are placed (passed through to pods)."""
+
+    priority_class_name: Annotated[
+        str | None, Field(description="PriorityClass of the pods (preemption order).")
+    ] = None
+    node_selector: Annotated[dict[str, str], Field(description="Node labels the pods require.")] = (
+        Field(default_factory=dict)
+    )
+    tolerations: Annotated[
+        list[Toleration], Field(description="Tolerations added to the pods.")
+    ] = Field(default_factory=list)
+    scheduler_name: Annotated[
+        str | None, Field(description="Scheduler for the pods; default: the cluster's default.")
+    ] = None
     queue_labels: Annotated[
         dict[str, str],
         Field(description="Labels copied to pods, e.g. `kueue.x-k8s.io/queue-name`."),
@@ -133,8 +168,10 @@ class Scheduling(SpecModel):
 
 
 class EnvVar(SpecModel):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-    value: str = ""
+    """An environment variable set in the workload's container."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")]
+    value: Annotated[str, Field(description="Variable value.")] = ""
 
 
 class WorkloadSpec(SpecModel):
@@ -150,44 +187,86 @@ class WorkloadSpec(SpecModel):
     command: Annotated[
         list[str], Field(description="Entrypoint; default: the reference workload for the kind.")
     ] = Field(default_factory=list)
-    args: list[str] = Field(default_factory=list)
-    env: list[EnvVar] = Field(default_factory=list)
+    args: Annotated[list[str], Field(description="Arguments appended to the command.")] = Field(
+        default_factory=list
+    )
+    env: Annotated[
+        list[EnvVar], Field(description="Extra environment variables for the workload.")
+    ] = Field(default_factory=list)
     config: Annotated[
         dict[str, Any], Field(description="Free-form configuration handed to the workload.")
     ] = Field(default_factory=dict)
-    resources: Resources = Field(default_factory=Resources)
-    scheduling: Scheduling = Field(default_factory=Scheduling)
+    resources: Annotated[
+        Resources, Field(description="CPU, memory and scratch disk requested by each pod.")
+    ] = Field(default_factory=Resources)
+    scheduling: Annotated[
+        Scheduling, Field(description="Placement and priority passed through to the pods.")
+    ] = Field(default_factory=Scheduling)
 
 
 class TrainingRunSpec(WorkloadSpec):
+    """A training job: `nodes` pods with `gpusPerNode` GPUs each, restarted from its
+    latest checkpoint after interruptions."""
+
     nodes: Annotated[int, Field(ge=1, le=1024, description="Pods (nodes) per attempt.")] = 1
     gpus_per_node: Annotated[int, Field(ge=0, le=16, description="GPUs per pod.")] = 0
     processes_per_node: Annotated[
         int | None,
         Field(ge=1, le=64, description="torchrun processes per pod; default gpusPerNode or 1."),
     ] = None
-    inputs: list[DatasetInput] = Field(default_factory=list)
-    init_from: CheckpointRef | None = None
-    checkpoints: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
-    evals: list[EvalPolicy] = Field(default_factory=list)
-    recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    inputs: Annotated[
+        list[DatasetInput],
+        Field(description="Datasets the run reads; it waits until each one exists."),
+    ] = Field(default_factory=list)
+    init_from: Annotated[
+        CheckpointRef | None,
+        Field(description="Checkpoint whose weights initialise the run; default: from scratch."),
+    ] = None
+    checkpoints: Annotated[
+        CheckpointPolicy, Field(description="Checkpoint interval, retention and storage.")
+    ] = Field(default_factory=CheckpointPolicy)
+    evals: Annotated[
+        list[EvalPolicy], Field(description="Eval suites run on every checkpoint.")
+    ] = Field(default_factory=list)
+    recovery: Annotated[
+        RecoveryPolicy,
+        Field(
+            description="Retry budgets: interruptions (preemption, eviction, a lost node) and "
+            "application failures are counted apart, and the run is Failed when either is "
+            "spent; each new attempt resumes from the latest checkpoint after a backoff."
+        ),
+    ] = Field(default_factory=RecoveryPolicy)
 
 
 class RewardSpec(SpecModel):
+    """The reward function that scores each sample."""
+
     name: Annotated[str, Field(min_length=1, description="Reward function, e.g. `exact_match`.")]
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: Annotated[
+        dict[str, Any], Field(description="Free-form options handed to the reward function.")
+    ] = Field(default_factory=dict)
 
 
 class SamplingSpec(SpecModel):
-    temperature: Annotated[float, Field(ge=0, le=10)] = 1.0
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    max_new_tokens: Annotated[int, Field(ge=1, le=65536)] = 64
+    """Sampling parameters for generation."""
+
+    temperature: Annotated[
+        float, Field(ge=0, le=10, description="Softmax temperature; 0 is greedy.")
+    ] = 1.0
+    top_p: Annotated[
+        float, Field(gt=0, le=1, description="Nucleus sampling: keep this much probability mass.")
+    ] = 1.0
+    max_new_tokens: Annotated[
+        int, Field(ge=1, le=65536, description="Most tokens generated per sample.")
+    ] = 64
 
 
 class PolicyRef(SpecModel):
     """The model that generates: a checkpoint, or a named built-in teacher."""
 
-    checkpoint: CheckpointRef | None = None
+    checkpoint: Annotated[CheckpointRef | None, Field(description="Checkpoint to sample from.")] = (
+        None
+    )
     teacher: Annotated[
         str | None, Field(description="Built-in teacher, e.g. `arithmetic-solver`.")
     ] = None
@@ -200,20 +279,45 @@ class PolicyRef(SpecModel):
 
 
 class RolloutJobSpec(WorkloadSpec):
-    policy: PolicyRef
-    prompts: DatasetInput | None = None
-    reward: RewardSpec | None = None
-    samples_per_prompt: Annotated[int, Field(ge=1, le=1024)] = 1
-    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    replicas: Annotated[int, Field(ge=1, le=1024)] = 1
-    gpus_per_replica: Annotated[int, Field(ge=0, le=16)] = 0
-    output: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)]
+    """Data generation: a policy samples answers to prompts, a reward scores them, and
+    the scored samples are published as a dataset."""
+
+    policy: Annotated[
+        PolicyRef, Field(description="The model that generates: a checkpoint or a teacher.")
+    ]
+    prompts: Annotated[
+        DatasetInput | None,
+        Field(description="Dataset of prompts; default: the teacher's own prompts."),
+    ] = None
+    reward: Annotated[
+        RewardSpec | None, Field(description="Reward that scores samples; default: none.")
+    ] = None
+    samples_per_prompt: Annotated[
+        int, Field(ge=1, le=1024, description="Samples generated for each prompt.")
+    ] = 1
+    sampling: Annotated[
+        SamplingSpec, Field(description="Temperature, top-p and length of generation.")
+    ] = Field(default_factory=SamplingSpec)
+    replicas: Annotated[
+        int, Field(ge=1, le=1024, description="Generator pods working in parallel.")
+    ] = 1
+    gpus_per_replica: Annotated[int, Field(ge=0, le=16, description="GPUs per replica pod.")] = 0
+    output: Annotated[
+        str,
+        Field(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+            max_length=128,
+            description="Name of the dataset to publish; each job adds a new version.",
+        ),
+    ]
 
 
 class EvalJobSpec(WorkloadSpec):
-    checkpoint: CheckpointRef
-    suite: Annotated[str, Field(min_length=1, max_length=63)]
-    gpus: Annotated[int, Field(ge=0, le=16)] = 0
+    """One eval suite scored on one checkpoint; the scores land in `status.results`."""
+
+    checkpoint: Annotated[CheckpointRef, Field(description="The checkpoint to evaluate.")]
+    suite: Annotated[str, Field(min_length=1, max_length=63, description="Eval suite name.")]
+    gpus: Annotated[int, Field(ge=0, le=16, description="GPUs for the eval pod.")] = 0
 
 
 class ObjectMeta(SpecModel):

@@ -1,0 +1,1 @@
+"""The Kubernetes side of Crucible: custom resource definitions (and, later, the operator)."""
