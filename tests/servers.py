@@ -33,7 +33,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def local_server(workdir: Path, startup_seconds: float = 60) -> Iterator[LocalServer]:
+def local_server(
+    workdir: Path, startup_seconds: float = 60, command: str = "server"
+) -> Iterator[LocalServer]:
+    """`crucible server` (API only) or `crucible up` (API and the local executor)."""
     port = free_port()
     home = workdir / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
@@ -41,7 +44,7 @@ def local_server(workdir: Path, startup_seconds: float = 60) -> Iterator[LocalSe
     log = workdir / "server.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "crucible", "server", "--port", str(port)],
+            [sys.executable, "-m", "crucible", command, "--port", str(port)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,12 +1,19 @@
 """Start the API under uvicorn, after the embedded-mode bootstrap."""
 
+import threading
+
 import uvicorn
 from fastapi import FastAPI
 from rich.console import Console
 
 from crucible.api.app import create_app
+from crucible.client import CrucibleClient
 from crucible.core.bootstrap import bootstrap_local
+from crucible.core.tokens import rotate_service_token
+from crucible.db.engine import transaction
 from crucible.domain.errors import CrucibleError
+from crucible.executor.gpus import GpuPool, detect_gpus
+from crucible.executor.local import LocalExecutor
 from crucible.settings import Settings, load_settings
 
 console = Console(stderr=True)
@@ -35,6 +42,40 @@ def serve_api(settings: Settings, *, host: str, port: int, workers: int = 1) -> 
         announce_local(settings, app)
     console.print(f"Crucible API on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def serve_up(settings: Settings, *, host: str, port: int) -> None:
+    """The embedded all-in-one: API on SQLite plus the local executor in this process."""
+    if not settings.is_sqlite:
+        raise CrucibleError(
+            "`crucible up` is the embedded mode; with Postgres run "
+            "`crucible server`, `crucible worker` and `crucible operator`"
+        )
+    app = create_app(settings)
+    announce_local(settings, app)
+    with transaction(app.state.session_factory) as session:
+        executor_token = rotate_service_token(session=session, name="local executor")
+    api_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"  # noqa: S104
+    gpus = detect_gpus()
+    executor = LocalExecutor(
+        CrucibleClient(api_url, executor_token),
+        api_url=api_url,
+        token=executor_token,
+        home=settings.home,
+        gpus=GpuPool(gpus),
+    )
+    stop = threading.Event()
+    worker = threading.Thread(target=executor.run, args=(stop,), name="executor", daemon=True)
+    worker.start()
+    console.print(
+        f"Crucible on http://{host}:{port}  (API docs: /docs; executor: "
+        f"{len(gpus)} GPUs; logs and checkpoints in {settings.home / 'runs'})"
+    )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        stop.set()
+        worker.join()
 
 
 def announce_local(settings: Settings, app: FastAPI) -> None:

@@ -68,6 +68,19 @@ def server(
     serve_api(load_settings(), host=host, port=port, workers=workers)
 
 
+@app.command()
+@friendly_errors
+def up(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+) -> None:
+    """Run everything on this machine: the API (SQLite) and the executor that runs local runs
+    as processes (GPUs by CUDA_VISIBLE_DEVICES)."""
+    from crucible.serve import serve_up
+
+    serve_up(load_settings(), host=host, port=port)
+
+
 @db_app.command("upgrade")
 @friendly_errors
 def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:

@@ -92,6 +92,23 @@ def bootstrap_admin_token(*, session: Session, name: str) -> str | None:
     exists = session.scalar(select(ApiToken.id).where(ApiToken.project_id.is_(None)).limit(1))
     if exists is not None:
         return None
+    return _insert_global_admin(session, name)
+
+
+def rotate_service_token(*, session: Session, name: str) -> str:
+    """A fresh global admin token for an in-process service (the embedded executor); the
+    previous token of that name is revoked, so restarts leave no live tokens behind."""
+    now = datetime.now(UTC)
+    for row in session.scalars(
+        select(ApiToken).where(
+            ApiToken.project_id.is_(None), ApiToken.name == name, ApiToken.revoked_at.is_(None)
+        )
+    ):
+        row.revoked_at = now
+    return _insert_global_admin(session, name)
+
+
+def _insert_global_admin(session: Session, name: str) -> str:
     raw = mint()
     session.add(
         ApiToken(

@@ -67,9 +67,12 @@ class LocalExecutor:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event, poll_seconds: float = 0.5) -> None:
-        self.adopt_orphans()
+        adopted = False
         while not stop.is_set():
             try:
+                if not adopted:  # once the API answers
+                    self.adopt_orphans()
+                    adopted = True
                 self.tick()
             except ApiError as exc:  # the API restarting must not kill the executor
                 log.warning("executor tick failed: %s", exc)
