@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=16 * 1024 * 1024, description="Requests with a larger body get 413."
     )
+    web_dir: Path | None = Field(
+        default=None, description="Built dashboard to serve at /; default: web/dist of a checkout."
+    )
     db_pool_size: int = Field(default=10, ge=1)
 
     @field_validator("home", mode="after")

@@ -9,6 +9,7 @@ from crucible.api.errors import install_error_handlers
 from crucible.api.limits import BodySizeLimit
 from crucible.api.observability import ApiMetrics, RequestMetrics
 from crucible.api.routes import health, lineage, metrics, projects, runs
+from crucible.api.web import mount_dashboard
 from crucible.db import schema
 from crucible.db.engine import build_engine, build_session_factory
 from crucible.settings import Settings
@@ -39,6 +40,8 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     for router in (health.router, projects.router, runs.router, metrics.router, lineage.router):
         app.include_router(router)
+    # Last, so its catch-all route never shadows the API.
+    app.state.dashboard = mount_dashboard(app, settings.web_dir)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     return app
