@@ -160,14 +160,14 @@ def list_runs(
     if tag is not None:
         key, sep, value = tag.partition("=")
         if not sep or not key:
-            raise InvalidInput("tag", tag, "filter tags as key=value")
+            raise InvalidInput("tag", tag, "filter tags as key=value", location="query")
         query = query.where(Run.tags[key].as_string() == value)
     if created_after is not None:
         query = query.where(Run.created_at >= created_after)
     if created_before is not None:
         query = query.where(Run.created_at < created_before)
     if sort not in RUN_SORTS:
-        raise InvalidInput("sort", sort, f"sort by one of {', '.join(RUN_SORTS)}")
+        raise InvalidInput("sort", sort, f"sort by one of {', '.join(RUN_SORTS)}", location="query")
     return paginate(
         session,
         query,
