@@ -1,0 +1,183 @@
+"""Typed configuration for the reference workloads, one dataclass per section.
+
+The config is the documentation of the knobs: every field carries a docstring.
+"""
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the GPT in `model.py`."""
+
+    n_layer: int = 2
+    """Number of transformer blocks."""
+
+    n_head: int = 4
+    """Attention heads per block; `d_model` must be divisible by it."""
+
+    d_model: int = 64
+    """Width of the residual stream."""
+
+    max_seq_len: int = 64
+    """Longest sequence (prompt plus completion) the position embedding covers."""
+
+    vocab_size: int = 264
+    """Embedding rows: the byte tokenizer's 259 ids, padded to a multiple of 8."""
+
+    mlp_ratio: int = 4
+    """Hidden width of the MLP as a multiple of `d_model`."""
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_head != 0:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+                "pick a head count that divides the width"
+            )
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    # CPU tests: trains in seconds.
+    "tiny": ModelConfig(n_layer=2, n_head=4, d_model=64, max_seq_len=64),
+    # The CPU demo: minutes on two cores.
+    "small": ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=64),
+    # GPT-2 shapes for the GPU work (issue 10).
+    "124M": ModelConfig(n_layer=12, n_head=12, d_model=768, max_seq_len=1024, vocab_size=50304),
+    "350M": ModelConfig(n_layer=24, n_head=16, d_model=1024, max_seq_len=1024, vocab_size=50304),
+    "1.3B": ModelConfig(n_layer=24, n_head=32, d_model=2048, max_seq_len=1024, vocab_size=50304),
+}
+
+
+def model_preset(name: str, **overrides: int) -> ModelConfig:
+    """The preset called `name`, with any field overridden."""
+    try:
+        preset = MODEL_PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown model preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}"
+        ) from None
+    return replace(preset, **overrides)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The built-in arithmetic task."""
+
+    digits: int = 2
+    """Largest number of digits in each operand (operands are drawn from 0 .. 10**digits-1)."""
+
+    operators: tuple[str, ...] = ("+",)
+    """Operators to draw from: any of "+", "-", "*"."""
+
+    held_out_fraction: float = 0.2
+    """Share of all possible problems reserved for evaluation, never trained on."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop: SFT or RL."""
+
+    mode: Literal["sft", "rl"] = "sft"
+    """Either "sft" (masked next-token loss on completions) or "rl" (GRPO-style policy
+    gradient on a rollout dataset, initialised from an SFT checkpoint)."""
+
+    steps: int = 300
+    """Optimizer steps to run in total (a resumed run continues up to this number)."""
+
+    batch_size: int = 32
+    """Sequences per optimizer step over all ranks; in RL mode, prompts per step (each
+    brings its `samples_per_prompt` samples)."""
+
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step; `batch_size` must divide into
+    `grad_accum_steps * world_size` equal parts."""
+
+    lr: float = 3e-3
+    """Peak learning rate, reached at the end of warmup."""
+
+    min_lr_ratio: float = 0.1
+    """The cosine schedule decays to `lr * min_lr_ratio` at the last step."""
+
+    warmup_steps: int = 20
+    """Steps of linear warmup from zero to `lr`."""
+
+    weight_decay: float = 0.1
+    """AdamW weight decay, applied to matrices only (not biases, norms or embeddings)."""
+
+    beta1: float = 0.9
+    """AdamW first-moment decay."""
+
+    beta2: float = 0.95
+    """AdamW second-moment decay."""
+
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+
+    seed: int = 0
+    """Seeds model initialisation, data order and every RNG saved in checkpoints."""
+
+    bf16: bool = True
+    """bf16 autocast for forward passes on CUDA; ignored on CPU, which always runs float32."""
+
+    compile: bool = False
+    """Wrap the model in torch.compile."""
+
+    checkpoint_every: int = 0
+    """Save a checkpoint every this many steps and at the last step; 0 saves only at
+    the last step (when a checkpointer is given)."""
+
+    samples_per_prompt: int = 8
+    """RL: samples per prompt (K) in the rollout dataset; advantages are normalised
+    within each group of K."""
+
+    clip_eps: float = 0.2
+    """RL: PPO-style clipping of the ratio to the rollout policy to [1-eps, 1+eps];
+    0 disables clipping."""
+
+    kl_coef: float = 0.0
+    """RL: weight of the KL penalty to the initial (SFT) policy; 0 keeps no reference model."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("sft", "rl"):
+            raise ValueError(f"mode={self.mode!r} is not supported; use 'sft' or 'rl'")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling completions from a policy."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy decoding."""
+
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+
+    max_new_tokens: int = 8
+    """Longest completion; generation also stops at EOS."""
+
+    samples_per_prompt: int = 8
+    """Completions sampled per prompt (K), the group GRPO normalises over."""
+
+    batch_size: int = 32
+    """Prompts per generation call (each expands to `samples_per_prompt` rows)."""
+
+    seed: int = 0
+    """Seeds the sampling generator, so a rollout is reproducible."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation."""
+
+    num_problems: int = 200
+    """Held-out problems to score (fewer when the held-out split is smaller)."""
+
+    batch_size: int = 64
+    """Problems per forward pass."""
+
+    max_new_tokens: int = 8
+    """Longest answer generated greedily."""
+
+    seed: int = 1234
+    """Which held-out problems are drawn."""

@@ -1,0 +1,220 @@
+"""Batched generation with the KV cache, and rollouts: K samples per prompt with rewards.
+
+Prompts of different lengths share a batch by left padding; positions and attention skip
+the padding, so a prompt gets the same completion alone or in a batch.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from crucible.workloads.config import RolloutConfig
+from crucible.workloads.data import write_jsonl
+from crucible.workloads.model import GPT
+from crucible.workloads.tokenizer import ByteTokenizer
+
+RewardFn = Callable[[str, str], float]
+"""(prompt, completion) -> reward."""
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]
+    """Generated ids per row, EOS included when the row ended with it."""
+
+    logprobs: list[list[float]]
+    """Per generated token: its logprob under the model's own distribution (temperature 1,
+    no top-p), which is what the RL trainer recomputes for the ratio."""
+
+
+@dataclass
+class Trajectory:
+    prompt: str
+    completion: str
+    completion_tokens: list[int]
+    reward: float
+    logprobs: list[float]
+    """Per-token logprobs of `completion_tokens` under the rollout policy."""
+
+    logprob: float
+    """Sum of `logprobs`."""
+
+    group: int
+    """Index of the prompt in the rollout; the K samples of a prompt share it."""
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sample_next(
+    logits: Tensor, *, temperature: float, top_p: float, generator: torch.Generator | None
+) -> Tensor:
+    """Next token per row from (batch, vocab) logits; greedy when temperature is 0."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)
+    probs = F.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Drop a token when the tokens ranked above it already reach top_p; the top one
+        # always stays.
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Generation:
+    device = model.wte.weight.device
+    batch = len(prompts)
+    prompt_len = max(len(p) for p in prompts)
+    tokens = torch.full((batch, prompt_len), pad_id, dtype=torch.long, device=device)
+    valid = torch.zeros(batch, prompt_len, dtype=torch.bool, device=device)
+    for row, prompt in enumerate(prompts):
+        tokens[row, prompt_len - len(prompt) :] = torch.tensor(list(prompt), device=device)
+        valid[row, prompt_len - len(prompt) :] = True
+
+    cache = model.new_cache(batch, prompt_len + max_new_tokens) if use_cache else None
+    logits = model(tokens, key_valid=valid, cache=cache)[:, -1].float()
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    out_tokens: list[list[int]] = [[] for _ in range(batch)]
+    out_logprobs: list[list[float]] = [[] for _ in range(batch)]
+    for _ in range(max_new_tokens):
+        next_token = sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)
+        logprob = F.log_softmax(logits, dim=-1).gather(-1, next_token[:, None]).squeeze(-1)
+        # One transfer per step instead of one per row.
+        for row, (token, lp, done) in enumerate(
+            zip(next_token.tolist(), logprob.tolist(), finished.tolist(), strict=True)
+        ):
+            if not done:
+                out_tokens[row].append(token)
+                out_logprobs[row].append(lp)
+        alive = ~finished
+        finished = finished | (next_token == eos_id)
+        if bool(finished.all()):
+            break
+        next_token = torch.where(alive, next_token, pad_id)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        valid = torch.cat([valid, alive[:, None]], dim=1)
+        if cache is not None:
+            logits = model(next_token[:, None], key_valid=valid, cache=cache)[:, -1].float()
+        else:
+            logits = model(tokens, key_valid=valid)[:, -1].float()
+    return Generation(out_tokens, out_logprobs)
+
+
+def rollout(
+    model: GPT,
+    tokenizer: ByteTokenizer,
+    prompts: Sequence[str],
+    reward_fn: RewardFn,
+    config: RolloutConfig,
+) -> list[Trajectory]:
+    """`config.samples_per_prompt` scored samples for each prompt, grouped by prompt."""
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator(device=model.wte.weight.device).manual_seed(config.seed)
+    k = config.samples_per_prompt
+    trajectories: list[Trajectory] = []
+    for start in range(0, len(prompts), config.batch_size):
+        chunk = prompts[start : start + config.batch_size]
+        rows = [tokenizer.encode(p, bos=True) for p in chunk for _ in range(k)]
+        generation = generate(
+            model,
+            rows,
+            max_new_tokens=config.max_new_tokens,
+            eos_id=tokenizer.EOS,
+            pad_id=tokenizer.PAD,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            generator=generator,
+        )
+        for row, (tokens, logprobs) in enumerate(
+            zip(generation.tokens, generation.logprobs, strict=True)
+        ):
+            prompt = chunk[row // k]
+            completion = tokenizer.decode(tokens)
+            trajectories.append(
+                Trajectory(
+                    prompt=prompt,
+                    completion=completion,
+                    completion_tokens=tokens,
+                    reward=reward_fn(prompt, completion),
+                    logprobs=logprobs,
+                    logprob=sum(logprobs),
+                    group=start + row // k,
+                )
+            )
+    model.train(was_training)
+    return trajectories
+
+
+def write_trajectories(path: Path | str, trajectories: Sequence[Trajectory]) -> int:
+    return write_jsonl(path, (t.to_record() for t in trajectories))
+
+
+class ModelTeacher:
+    """A model as a `Teacher`: greedy answers, so a stronger checkpoint can teach."""
+
+    def __init__(
+        self,
+        model: GPT,
+        tokenizer: ByteTokenizer,
+        *,
+        max_new_tokens: int = 8,
+        batch_size: int = 64,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+
+    def complete(self, prompts: Sequence[str]) -> list[str]:
+        return greedy_completions(
+            self.model,
+            self.tokenizer,
+            prompts,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+        )
+
+
+def greedy_completions(
+    model: GPT,
+    tokenizer: ByteTokenizer,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+) -> list[str]:
+    was_training = model.training
+    model.eval()
+    completions: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        generation = generate(
+            model,
+            [tokenizer.encode(p, bos=True) for p in chunk],
+            max_new_tokens=max_new_tokens,
+            eos_id=tokenizer.EOS,
+            pad_id=tokenizer.PAD,
+        )
+        completions.extend(tokenizer.decode(t) for t in generation.tokens)
+    model.train(was_training)
+    return completions

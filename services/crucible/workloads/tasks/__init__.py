@@ -1,0 +1,1 @@
+"""Built-in tasks: problem generators, teachers and rewards."""

@@ -1,0 +1,363 @@
+"""The training loop: SFT (masked next-token loss) and RL (GRPO-style policy gradient).
+
+`Trainer.__init__` does all setup; `train()` -> `train_step()` -> `forward_backward_step()`
+reads top to bottom. Everything that decides the next batch is in `state_dict()`, so a run
+resumed from a checkpoint at step k continues exactly as if it had never stopped.
+"""
+
+import contextlib
+import math
+import random
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LambdaLR
+
+from crucible.workloads.checkpoint import Checkpointer
+from crucible.workloads.config import ModelConfig, TrainConfig
+from crucible.workloads.data import Batch, Example, Sampler, collate, encode_sft
+from crucible.workloads.model import GPT, build_model
+from crucible.workloads.tokenizer import ByteTokenizer
+
+MetricsFn = Callable[[int, dict[str, float]], None]
+"""Receives (step, metrics) after every step; the run SDK's `run.log` fits."""
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: TrainConfig,
+        model_config: ModelConfig,
+        records: Sequence[dict[str, Any]],
+        *,
+        checkpointer: Checkpointer | None = None,
+        init_model_state: dict[str, Tensor] | None = None,
+        log: MetricsFn | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        """records: SFT {"prompt", "completion"}, or RL trajectories from `rollout.py`.
+        init_model_state: weights to start from (RL requires the SFT checkpoint's)."""
+        self.config = config
+        self.checkpointer = checkpointer
+        self.log = log
+        self.device = device or default_device()
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.micro_batch_size = _micro_batch_size(config, self.world_size)
+        seed_everything(config.seed)
+
+        self.tokenizer = ByteTokenizer()
+        # An item is one sequence in SFT and one group of K samples in RL.
+        self.items = build_items(config, self.tokenizer, records)
+        self.sampler = Sampler(len(self.items), seed=config.seed)
+
+        if config.mode == "rl" and init_model_state is None:
+            raise ValueError("RL mode starts from a policy: pass the SFT checkpoint's weights")
+        self.raw_model = build_model(model_config, device=self.device)
+        if init_model_state is not None:
+            self.raw_model.load_state_dict(init_model_state)
+        self.reference = maybe_build_reference(config, self.raw_model)
+        self.model = apply_ddp(maybe_compile(config, self.raw_model), self.device)
+
+        self.optimizer = build_optimizer(config, self.raw_model, self.device)
+        self.scheduler = build_lr_scheduler(config, self.optimizer)
+        self.step = 0
+        self.maybe_resume()
+
+    def train(self) -> list[float]:
+        """Run up to `config.steps`; returns the loss of every step run here."""
+        losses: list[float] = []
+        self.model.train()
+        while self.step < self.config.steps:
+            self.step += 1
+            metrics = self.train_step()
+            losses.append(metrics["loss"])
+            if self.log is not None:
+                self.log(self.step, metrics)
+            self.maybe_checkpoint()
+        return losses
+
+    def train_step(self) -> dict[str, float]:
+        indices = self.sampler.take(self.config.batch_size)
+        # Every rank draws the same global batch and keeps its own slice, so the data
+        # order does not depend on the number of ranks.
+        mine = indices[self.rank :: self.world_size]
+        micro_batches = [
+            mine[i : i + self.micro_batch_size] for i in range(0, len(mine), self.micro_batch_size)
+        ]
+        loss_sum = torch.zeros((), device=self.device)
+        for i, chunk in enumerate(micro_batches):
+            batch = collate(self._examples(chunk), pad_id=self.tokenizer.PAD).to(self.device)
+            with self._maybe_no_sync(last=i == len(micro_batches) - 1):
+                loss_sum += self.forward_backward_step(batch, scale=1 / len(micro_batches))
+        grad_norm = nn.utils.clip_grad_norm_(
+            self.raw_model.parameters(), self.config.grad_clip or float("inf")
+        )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.scheduler.step()
+        if dist.is_initialized():
+            dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
+        # .item() is a host-device sync; once per step is the price of logging the loss.
+        return {
+            "loss": loss_sum.item() / len(micro_batches),
+            "grad_norm": float(grad_norm),
+            "lr": lr,
+        }
+
+    def forward_backward_step(self, batch: Batch, *, scale: float) -> Tensor:
+        with self._autocast():
+            logits = self.model(batch.inputs)
+        logits = logits.float()
+        if self.config.mode == "sft":
+            loss = sft_loss(logits, batch)
+        else:
+            loss = self.policy_loss(logits, batch)
+        torch.autograd.backward(loss * scale)
+        return loss.detach()
+
+    def policy_loss(self, logits: Tensor, batch: Batch) -> Tensor:
+        """Clipped policy gradient on group-normalised advantages, per completion token."""
+        logp = -F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+        ratio = torch.exp(logp - batch.old_logprobs)
+        advantages = batch.advantages[:, None]
+        objective = ratio * advantages
+        if self.config.clip_eps > 0:
+            eps = self.config.clip_eps
+            objective = torch.minimum(objective, ratio.clamp(1 - eps, 1 + eps) * advantages)
+        per_token = -objective
+        if self.reference is not None:
+            with torch.no_grad(), self._autocast():
+                ref_logits = self.reference(batch.inputs).float()
+            ref_logp = -F.cross_entropy(ref_logits.transpose(1, 2), batch.targets, reduction="none")
+            # k3 estimator of KL(policy || reference): unbiased and always >= 0.
+            log_ratio = ref_logp - logp
+            per_token = per_token + self.config.kl_coef * (log_ratio.exp() - log_ratio - 1)
+        return masked_mean(per_token, batch.loss_mask)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.raw_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "rng": rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.raw_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        load_rng_state(state["rng"])
+
+    def maybe_resume(self) -> None:
+        if self.checkpointer is None:
+            return
+        loaded = self.checkpointer.load()
+        if loaded is not None:
+            self.step, state = loaded
+            self.load_state_dict(state)
+
+    def maybe_checkpoint(self) -> None:
+        if self.checkpointer is None:
+            return
+        every = self.config.checkpoint_every
+        if self.step == self.config.steps or (every > 0 and self.step % every == 0):
+            self.checkpointer.save(self.step, self.state_dict())
+
+    def _examples(self, indices: Sequence[int]) -> list[Example]:
+        return [example for i in indices for example in self.items[i]]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.device.type == "cuda" and self.config.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _maybe_no_sync(self, *, last: bool) -> Iterator[None]:
+        # Under DDP only the last micro-batch all-reduces gradients.
+        if isinstance(self.model, DistributedDataParallel) and not last:
+            with self.model.no_sync():
+                yield
+        else:
+            yield
+
+
+def sft_loss(logits: Tensor, batch: Batch) -> Tensor:
+    losses = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+    return masked_mean(losses, batch.loss_mask)
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def build_items(
+    config: TrainConfig, tokenizer: ByteTokenizer, records: Sequence[dict[str, Any]]
+) -> list[list[Example]]:
+    if not records:
+        raise ValueError("the training dataset has no records")
+    if config.mode == "sft":
+        return [[encode_sft(tokenizer, r["prompt"], r["completion"])] for r in records]
+    return build_rl_groups(tokenizer, records, config.samples_per_prompt)
+
+
+def build_rl_groups(
+    tokenizer: ByteTokenizer, records: Sequence[dict[str, Any]], samples_per_prompt: int
+) -> list[list[Example]]:
+    """Group trajectories by prompt and give each its GRPO advantage:
+    (reward - group mean) / (group std + eps)."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(record.get("group", record["prompt"]), []).append(record)
+    items: list[list[Example]] = []
+    for key, group in groups.items():
+        if len(group) != samples_per_prompt:
+            raise ValueError(
+                f"group {key!r} has {len(group)} samples but samples_per_prompt="
+                f"{samples_per_prompt}; roll out with the same K as the trainer"
+            )
+        rewards = torch.tensor([float(r["reward"]) for r in group])
+        advantages = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6)
+        items.append(
+            [
+                _rl_example(tokenizer, r, float(a))
+                for r, a in zip(group, advantages.tolist(), strict=True)
+            ]
+        )
+    return items
+
+
+def _rl_example(tokenizer: ByteTokenizer, record: dict[str, Any], advantage: float) -> Example:
+    completion_tokens = record["completion_tokens"]
+    logprobs = record.get("logprobs")
+    if logprobs is None or len(logprobs) != len(completion_tokens):
+        raise ValueError(
+            f"trajectory for {record['prompt']!r} needs one logprob per completion token; "
+            "produce the dataset with rollout.py"
+        )
+    prompt_tokens = tokenizer.encode(record["prompt"], bos=True)
+    return Example(
+        tokens=prompt_tokens + list(completion_tokens),
+        prompt_len=len(prompt_tokens),
+        old_logprobs=[float(x) for x in logprobs],
+        advantage=advantage,
+    )
+
+
+def _micro_batch_size(config: TrainConfig, world_size: int) -> int:
+    parts = config.grad_accum_steps * world_size
+    if config.batch_size % parts != 0:
+        raise ValueError(
+            f"batch_size={config.batch_size} does not split into grad_accum_steps="
+            f"{config.grad_accum_steps} x world_size={world_size} equal micro-batches"
+        )
+    return config.batch_size // parts
+
+
+def default_device() -> torch.device:
+    if torch.cuda.is_available():
+        local = dist.get_rank() % torch.cuda.device_count() if dist.is_initialized() else 0
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    numpy_state = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        # Plain lists so the checkpoint loads with weights_only=True.
+        "numpy": {
+            **numpy_state,
+            "state": {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()},
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def load_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_as_tuples(state["python"]))
+    numpy_state = state["numpy"]
+    key = np.array(numpy_state["state"]["key"], dtype=np.uint32)
+    np.random.set_state({**numpy_state, "state": {**numpy_state["state"], "key": key}})
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuples(value: Any) -> Any:
+    """random.setstate wants tuples; a serialiser may hand back lists."""
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuples(v) for v in value)
+    return value
+
+
+def build_optimizer(config: TrainConfig, model: GPT, device: torch.device) -> torch.optim.Optimizer:
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for name, param in model.named_parameters():
+        is_embedding = name.startswith(("wte.", "wpe."))
+        (decay if param.dim() >= 2 and not is_embedding else no_decay).append(param)
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=config.lr,
+        betas=(config.beta1, config.beta2),
+        fused=device.type == "cuda",
+    )
+
+
+def build_lr_scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer) -> LambdaLR:
+    warmup = config.warmup_steps
+    decay_steps = max(1, config.steps - warmup)
+
+    def multiplier(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / decay_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine
+
+    return LambdaLR(optimizer, multiplier)
+
+
+def maybe_build_reference(config: TrainConfig, model: GPT) -> GPT | None:
+    """A frozen copy of the initial policy, kept only when the KL penalty is on."""
+    if config.mode != "rl" or config.kl_coef == 0:
+        return None
+    reference = build_model(model.config, device=model.wte.weight.device)
+    reference.load_state_dict(model.state_dict())
+    reference.requires_grad_(False)
+    return reference.eval()
+
+
+def maybe_compile(config: TrainConfig, model: GPT) -> nn.Module:
+    if not config.compile:
+        return model
+    return torch.compile(model)  # type: ignore[return-value]
+
+
+def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    if not dist.is_initialized():
+        return model
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
