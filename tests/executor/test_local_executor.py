@@ -170,3 +170,18 @@ def test_run_loop_stops_cleanly(server: LocalServer, client: CrucibleClient) -> 
     stop.set()
     thread.join(30)
     assert not thread.is_alive()
+
+
+def test_a_run_without_a_command_fails_with_the_reason(
+    server: LocalServer, client: CrucibleClient
+) -> None:
+    manifest = {
+        "kind": "TrainingRun",
+        "metadata": {"name": "no-command"},
+        "spec": {"experiment": "executor"},
+    }
+    run = client.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
+    make_executor(server, client, []).tick()
+    failed = client.get_run(run.id)
+    assert (failed.phase.value, failed.reason) == ("Failed", "InvalidSpec")
+    assert "no spec.command" in failed.message

@@ -6,14 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crucible.domain.errors import CrucibleError
 from crucible.schemas.runs import RunPublic
 
-# The reference workload each kind runs when its spec gives no command.
-DEFAULT_MODULE = {
-    "train": "crucible.workloads.train",
-    "rollout": "crucible.workloads.rollout",
-    "eval": "crucible.workloads.eval",
-}
+
+class NoCommand(CrucibleError):
+    pass
 
 
 def process_count(run: RunPublic) -> int:
@@ -29,8 +27,10 @@ def process_count(run: RunPublic) -> int:
 def build_command(run: RunPublic) -> list[str]:
     """The spec's command and args; several processes go through torchrun (one node)."""
     spec: dict[str, Any] = run.manifest.get("spec", {})
-    command = list(spec.get("command") or [sys.executable, "-m", DEFAULT_MODULE[run.kind]])
-    command += list(spec.get("args", []))
+    if not spec.get("command"):
+        # The reference workloads become the default once their entry points exist (issue 5).
+        raise NoCommand(f"run {run.name!r} has no spec.command; give the command to run")
+    command = list(spec["command"]) + list(spec.get("args", []))
     processes = process_count(run)
     if processes == 1:
         return command

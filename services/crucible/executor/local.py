@@ -19,7 +19,7 @@ from crucible.client import ApiError, CrucibleClient
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Backend, Phase
 from crucible.executor.gpus import GpuPool
-from crucible.executor.launch import build_command, build_env
+from crucible.executor.launch import NoCommand, build_command, build_env
 from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,12 @@ class LocalExecutor:
                     f"waiting for {run.gpus} free GPUs",
                 )
             return
+        try:
+            command = build_command(run)
+        except NoCommand as exc:
+            self._gpus.give_back(gpus)
+            self._report(run.id, Phase.Failed, reasons.REASON_INVALID_SPEC, str(exc))
+            return
         if run.phase == Phase.Pending:
             self._report(run.id, Phase.Scheduling, "", "")
         reason, resume_from = self._next_attempt_origin(run)
@@ -165,7 +171,7 @@ class LocalExecutor:
         log_file = path.open("ab")
         try:
             process = subprocess.Popen(  # noqa: S603 - the command is the user's own spec
-                build_command(run),
+                command,
                 env=build_env(
                     run,
                     attempt=attempt.number,
