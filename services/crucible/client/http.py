@@ -10,11 +10,24 @@ import uuid
 from typing import Any, TypeVar
 
 import httpx
+import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from crucible.schemas.common import Page
+from crucible.schemas.lineage import (
+    CheckpointCreate,
+    CheckpointPublic,
+    DatasetVersionCreate,
+    DatasetVersionPublic,
+    EvalResultCreate,
+    EvalResultPublic,
+    RunInputCreate,
+    RunInputPublic,
+)
+from crucible.schemas.metrics import IngestResult, MetricPointIn
 from crucible.schemas.runs import (
     AttemptEnd,
+    AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
     PhaseReport,
@@ -74,11 +87,11 @@ class CrucibleClient:
         self._backoff = backoff
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "CrucibleClient":
+    def from_settings(cls, settings: Settings, *, retries: int = 5) -> "CrucibleClient":
         token = settings.token.get_secret_value() if settings.token else None
         if token is None and settings.local_token_file.exists():
             token = settings.local_token_file.read_text().strip()
-        return cls(settings.api_url, token)
+        return cls(settings.api_url, token, retries=retries)
 
     def close(self) -> None:
         self._http.close()
@@ -97,17 +110,19 @@ class CrucibleClient:
         path: str,
         *,
         json: Any = None,
+        content: bytes | None = None,
         params: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Any:
-        headers = {}
+        """`content` is a body already encoded as JSON, for callers that encode faster."""
+        headers = {"Content-Type": "application/json"} if content is not None else {}
         if method in WRITE_METHODS:
             headers["Idempotency-Key"] = idempotency_key or uuid.uuid4().hex
         params = {k: v for k, v in (params or {}).items() if v is not None}
         for attempt in range(self._retries + 1):
             try:
                 response = self._http.request(
-                    method, path, json=json, params=params, headers=headers
+                    method, path, json=json, content=content, params=params, headers=headers
                 )
             except httpx.TransportError as exc:
                 if attempt == self._retries:
@@ -193,3 +208,64 @@ class CrucibleClient:
             params={"direction": direction, "depth": depth},
         )
         return result
+
+    def heartbeat(self, run_id: int, attempt: int) -> AttemptPublic:
+        return self._post(
+            f"/api/v1/runs/{run_id}/heartbeat", AttemptHeartbeat(attempt=attempt), AttemptPublic
+        )
+
+    # -- metrics, checkpoints, datasets, evals -----------------------------------------------
+
+    def log_metrics(
+        self, run_id: int, points: list[MetricPointIn], idempotency_key: str
+    ) -> IngestResult:
+        """Store up to 10,000 points; re-sending with the same key replays the first answer.
+
+        Encoded with orjson: the SDK sends from a background thread of a training process,
+        and the standard library would hold the GIL about ten times longer per batch.
+        """
+        answer = self.request(
+            "POST",
+            f"/api/v1/runs/{run_id}/metrics",
+            content=orjson.dumps({"points": points}),
+            idempotency_key=idempotency_key,
+        )
+        return IngestResult.model_validate(answer)
+
+    def register_checkpoint(self, run_id: int, checkpoint_in: CheckpointCreate) -> CheckpointPublic:
+        return self._post(f"/api/v1/runs/{run_id}/checkpoints", checkpoint_in, CheckpointPublic)
+
+    def latest_checkpoint(self, run_id: int) -> CheckpointPublic | None:
+        """The run's newest live checkpoint, or None when it has none yet."""
+        try:
+            return self._get(f"/api/v1/runs/{run_id}/checkpoints/latest", CheckpointPublic)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def get_checkpoint(self, checkpoint_id: int) -> CheckpointPublic:
+        return self._get(f"/api/v1/checkpoints/{checkpoint_id}", CheckpointPublic)
+
+    def list_checkpoints(self, run_id: int, cursor: str | None = None) -> Page[CheckpointPublic]:
+        return self._get(
+            f"/api/v1/runs/{run_id}/checkpoints", Page[CheckpointPublic], cursor=cursor
+        )
+
+    def resolve_dataset(self, project: str, ref: str) -> DatasetVersionPublic:
+        return self._get("/api/v1/datasets/resolve", DatasetVersionPublic, project=project, ref=ref)
+
+    def register_dataset_version(self, version_in: DatasetVersionCreate) -> DatasetVersionPublic:
+        return self._post("/api/v1/datasets/versions", version_in, DatasetVersionPublic)
+
+    def link_input(self, run_id: int, input_in: RunInputCreate) -> RunInputPublic:
+        return self._post(f"/api/v1/runs/{run_id}/inputs", input_in, RunInputPublic)
+
+    def list_inputs(self, run_id: int) -> list[RunInputPublic]:
+        return self._get(f"/api/v1/runs/{run_id}/inputs", list[RunInputPublic])
+
+    def record_eval(self, result_in: EvalResultCreate) -> EvalResultPublic:
+        return self._post("/api/v1/evals", result_in, EvalResultPublic)
+
+    def get_project(self, project_id: int) -> ProjectPublic:
+        return self._get(f"/api/v1/projects/{project_id}", ProjectPublic)

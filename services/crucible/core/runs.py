@@ -27,6 +27,7 @@ from crucible.domain.specs import (
 from crucible.schemas.common import Page
 from crucible.schemas.runs import (
     AttemptEnd,
+    AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
     PhaseReport,
@@ -302,6 +303,26 @@ def end_attempt(
             "exit_code": attempt_in.exit_code,
         },
     )
+    session.flush()
+    return AttemptPublic.model_validate(attempt)
+
+
+def heartbeat(
+    *, session: Session, principal: Principal, run_id: int, heartbeat_in: AttemptHeartbeat
+) -> AttemptPublic:
+    """Mark the attempt alive now. An ended attempt is a 409: its process should have gone."""
+    run = load_run(session, principal, run_id, Role.editor)
+    attempt = session.scalar(
+        select(Attempt).where(Attempt.run_id == run.id, Attempt.number == heartbeat_in.attempt)
+    )
+    if attempt is None:
+        raise NotFound("attempt", f"{run_id}/{heartbeat_in.attempt}")
+    if attempt.ended_at is not None:
+        raise Conflict(
+            f"attempt {attempt.number} of run {run_id} already ended ({attempt.end_reason}); "
+            "a process still sending its heartbeats should stop"
+        )
+    attempt.heartbeat_at = datetime.now(UTC)
     session.flush()
     return AttemptPublic.model_validate(attempt)
 

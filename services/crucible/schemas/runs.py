@@ -5,7 +5,7 @@ from pydantic import Field
 
 from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
 from crucible.domain.specs import Manifest
-from crucible.schemas.common import ApiModel, Id, Int32, PublicModel, Tags
+from crucible.schemas.common import MAX_INT32, ApiModel, Id, Int32, PublicModel, Tags
 
 
 class RunSubmit(ApiModel):
@@ -74,6 +74,13 @@ class AttemptPublic(PublicModel):
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    heartbeat_at: datetime | None = Field(
+        description="Last heartbeat from the workload; stale while running means it may hang."
+    )
+
+
+class AttemptHeartbeat(ApiModel):
+    attempt: int = Field(ge=1, le=MAX_INT32, description="Number of the attempt that is alive.")
 
 
 class RunEventPublic(PublicModel):

@@ -12,6 +12,7 @@ from crucible.domain.enums import Phase, RunKind
 from crucible.schemas.common import Page
 from crucible.schemas.runs import (
     AttemptEnd,
+    AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
     PhaseReport,
@@ -106,6 +107,17 @@ def end_attempt(
     with uow() as session:
         return runs.end_attempt(
             session=session, principal=principal, run_id=run_id, number=number, attempt_in=body
+        )
+
+
+@router.post("/runs/{run_id}/heartbeat", operation_id="heartbeat")
+def heartbeat(
+    run_id: PathId, body: AttemptHeartbeat, uow: Uow, principal: CurrentPrincipal
+) -> AttemptPublic:
+    """The workload is alive: sets the attempt's `heartbeat_at` to now."""
+    with uow() as session:
+        return runs.heartbeat(
+            session=session, principal=principal, run_id=run_id, heartbeat_in=body
         )
 
 

@@ -61,6 +61,8 @@ class Attempt(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Set by the workload's SDK every few seconds; a stale one means a hung process.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class RunEvent(Base):

@@ -1,0 +1,322 @@
+"""Checkpoints with torch.distributed.checkpoint (DCP), written atomically and registered
+only once complete.
+
+Every rank writes its shards into one temporary directory (`.tmp-step-00000100`).
+When all have finished, rank 0 fsyncs it, renames it to `step-00000100`, computes its digest
+and size and registers it. A crash at any point before that leaves either a temporary
+directory (never registered, replaced by the next save of that step) or an unregistered
+final directory (re-registered if the next save of that step has the same content, refused
+otherwise), so the control plane only ever points at complete checkpoints.
+
+Resuming reads the checkpoint record, recomputes the digest of the files and refuses to load
+when it differs: a truncated or altered checkpoint is never used.
+"""
+
+import importlib
+import logging
+import shutil
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
+
+from crucible.client import CrucibleClient
+from crucible.schemas.lineage import CheckpointCreate, CheckpointPublic
+from crucible.sdk import distributed, storage
+from crucible.sdk.digest import Content, content_of, content_of_remote
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(Exception):
+    """A checkpoint cannot be written, found or trusted."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """The files of a checkpoint do not match the digest it was registered with."""
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What rank 0 tells every rank after a save or before a load."""
+
+    checkpoint: CheckpointPublic | None
+    error: str | None = None
+    corrupt: bool = False
+
+    def unwrap(self) -> CheckpointPublic | None:
+        if self.error is not None:
+            raise (CheckpointCorrupt if self.corrupt else CheckpointError)(self.error)
+        return self.checkpoint
+
+
+class Checkpointer:
+    """Saves and loads one run's checkpoints under `base_uri`; every rank must call both."""
+
+    def __init__(
+        self,
+        client: CrucibleClient,
+        *,
+        run_id: int,
+        attempt: int | None,
+        base_uri: str,
+    ) -> None:
+        self._client = client
+        self._run_id = run_id
+        self._attempt = attempt
+        self._base_uri = base_uri.rstrip("/")
+        self._pending: Future[CheckpointPublic | None] | None = None
+        self._async_group: Any = None
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def save(
+        self, step: int, state: Mapping[str, Any], *, async_save: bool = False, meta: Any = None
+    ) -> CheckpointPublic | None:
+        self.wait()  # one save at a time: the next may reuse the staging buffers
+        name = checkpoint_name(step)
+        temp_uri = storage.join(self._base_uri, storage.TEMP_PREFIX + name)
+        final_uri = storage.join(self._base_uri, name)
+        self._prepare(temp_uri)
+        writer = self._writer(temp_uri)
+        state_dict = dict(state)
+        if not async_save:
+            dcp_save(state_dict, storage_writer=writer, no_dist=not distributed.is_distributed())
+            outcome = self._commit_on_rank0(step, temp_uri, final_uri, meta)
+            return distributed.broadcast_from_rank0(outcome).unwrap()
+
+        if distributed.is_distributed() and self._async_group is None:
+            # The writes finish in a background thread; their collectives get a group of their
+            # own so they never interleave with the training loop's.
+            self._async_group = dist.new_group(backend="gloo")
+        written = dcp_async_save(
+            state_dict,
+            storage_writer=writer,
+            process_group=self._async_group,
+            no_dist=not distributed.is_distributed(),
+        )
+        assert isinstance(written, Future)
+        pending: Future[CheckpointPublic | None] = Future()
+        is_rank0 = distributed.rank() == 0
+
+        def finish() -> None:
+            try:
+                written.result()
+                if is_rank0:
+                    pending.set_result(self._commit(step, temp_uri, final_uri, meta))
+                else:
+                    pending.set_result(None)
+            except BaseException as exc:
+                pending.set_exception(exc)
+
+        threading.Thread(target=finish, name="crucible-checkpoint", daemon=True).start()
+        self._pending = pending
+        return None
+
+    def wait(self) -> CheckpointPublic | None:
+        """Wait for the async save in flight; its record on rank 0, None elsewhere or if none."""
+        pending, self._pending = self._pending, None
+        return pending.result() if pending is not None else None
+
+    def _prepare(self, temp_uri: str) -> None:
+        """Rank 0 clears what a crashed earlier save of this step left; then everyone writes."""
+        if distributed.rank() == 0:
+            path = storage.local_path(temp_uri)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.exists():
+                    shutil.rmtree(path)
+            else:
+                fs, root = _filesystem(temp_uri)
+                if fs.exists(root):
+                    fs.rm(root, recursive=True)
+        distributed.barrier()
+
+    def _writer(self, uri: str) -> StorageWriter:
+        path = storage.local_path(uri)
+        if path is not None:
+            return FileSystemWriter(path, sync_files=True)
+        writer: StorageWriter = _fsspec_storage().FsspecWriter(uri, sync_files=True)
+        return writer
+
+    def _commit_on_rank0(self, step: int, temp_uri: str, final_uri: str, meta: Any) -> _Outcome:
+        if distributed.rank() != 0:
+            return _Outcome(None)
+        try:
+            return _Outcome(self._commit(step, temp_uri, final_uri, meta))
+        except Exception as exc:
+            log.exception("crucible: checkpoint at step %d was not committed", step)
+            return _Outcome(None, f"checkpoint at step {step} was not committed: {exc}")
+
+    def _commit(self, step: int, temp_uri: str, final_uri: str, meta: Any) -> CheckpointPublic:
+        temp, final = storage.local_path(temp_uri), storage.local_path(final_uri)
+        if temp is not None and final is not None:
+            content = self._commit_local(step, temp, final)
+        else:
+            content = self._commit_remote(temp_uri, final_uri)
+        record = self._client.register_checkpoint(
+            self._run_id,
+            CheckpointCreate(
+                step=step,
+                uri=final_uri,
+                digest=content.digest,
+                size_bytes=content.size_bytes,
+                attempt=self._attempt,
+                meta=meta or {},
+            ),
+        )
+        log.info("crucible: checkpoint %d at step %d registered (%s)", record.id, step, final_uri)
+        return record
+
+    def _commit_local(self, step: int, temp: Path, final: Path) -> Content:
+        if final.exists():
+            # A previous attempt renamed it but died before registering it (or registered it).
+            new, old = content_of(temp), content_of(final)
+            if new.digest != old.digest:
+                raise CheckpointError(
+                    f"{final} already holds a different checkpoint for step {step} "
+                    f"({old.digest}, this one {new.digest}); remove it or save under another step"
+                )
+            shutil.rmtree(temp)
+            return old
+        storage.commit_dir(temp, final)
+        return content_of(final)
+
+    def _commit_remote(self, temp_uri: str, final_uri: str) -> Content:
+        # Object stores have no atomic rename: the copy may be seen half-done, but it is not
+        # registered, so nothing resumes from it until it is complete.
+        fs, temp_root = _filesystem(temp_uri)
+        _, final_root = _filesystem(final_uri)
+        if fs.exists(final_root):
+            fs.rm(final_root, recursive=True)
+        fs.mv(temp_root, final_root, recursive=True)
+        return content_of_remote(fs, final_root)
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load(self, state: Mapping[str, Any], resume_from: str | None) -> int | None:
+        """Load the checkpoint `resume_from` names, else the run's latest, into `state`.
+
+        Returns its step, or None when there is nothing to resume from (a fresh start).
+        """
+        outcome = _Outcome(None)
+        if distributed.rank() == 0:
+            try:
+                checkpoint = self._find(resume_from)
+                if checkpoint is not None:
+                    self._verify(checkpoint)
+                outcome = _Outcome(checkpoint)
+            except CheckpointCorrupt as exc:
+                outcome = _Outcome(None, str(exc), corrupt=True)
+            except Exception as exc:
+                outcome = _Outcome(None, f"cannot resume: {exc}")
+        checkpoint = distributed.broadcast_from_rank0(outcome).unwrap()
+        if checkpoint is None:
+            return None
+        path = storage.local_path(checkpoint.uri)
+        reader: StorageReader = (
+            FileSystemReader(path)
+            if path is not None
+            else _fsspec_storage().FsspecReader(checkpoint.uri)
+        )
+        dcp_load(dict(state), storage_reader=reader, no_dist=not distributed.is_distributed())
+        log.info("crucible: resumed from checkpoint %d at step %d", checkpoint.id, checkpoint.step)
+        return checkpoint.step
+
+    def _find(self, resume_from: str | None) -> CheckpointPublic | None:
+        if resume_from is None:
+            return self._client.latest_checkpoint(self._run_id)
+        if resume_from.isdigit():
+            return self._client.get_checkpoint(int(resume_from))
+        uri = resume_from.rstrip("/")
+        cursor = None
+        while True:
+            page = self._client.list_checkpoints(self._run_id, cursor=cursor)
+            for checkpoint in page.items:
+                if checkpoint.uri.rstrip("/") == uri:
+                    return checkpoint
+            if page.next_cursor is None:
+                raise CheckpointError(
+                    f"CRUCIBLE_RESUME_FROM={resume_from!r} is not a checkpoint registered for "
+                    f"run {self._run_id}, so its digest cannot be checked; pass the checkpoint id"
+                )
+            cursor = page.next_cursor
+
+    def _verify(self, checkpoint: CheckpointPublic) -> None:
+        path = storage.local_path(checkpoint.uri)
+        if path is not None:
+            if not path.is_dir():
+                raise CheckpointCorrupt(
+                    f"checkpoint {checkpoint.id} (step {checkpoint.step}) is missing: no "
+                    f"directory at {path}"
+                )
+            actual = content_of(path)
+        else:
+            fs, root = _filesystem(checkpoint.uri)
+            actual = content_of_remote(fs, root)
+        if actual.digest != checkpoint.digest:
+            raise CheckpointCorrupt(
+                f"checkpoint {checkpoint.id} (step {checkpoint.step}, {checkpoint.uri}) does not "
+                f"match its registered digest: expected {checkpoint.digest}, found "
+                f"{actual.digest} ({actual.size_bytes} of {checkpoint.size_bytes} bytes); it is "
+                "truncated or altered, so it is not loaded"
+            )
+
+
+def _fsspec_storage() -> Any:
+    """DCP's fsspec reader and writer; only non-file URIs need them (and fsspec)."""
+    try:
+        return importlib.import_module("torch.distributed.checkpoint.fsspec_filesystem")
+    except ImportError:  # older torch ships them under a private name
+        return importlib.import_module("torch.distributed.checkpoint._fsspec_filesystem")
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    try:
+        import fsspec  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise CheckpointError(
+            f"{uri!r} needs fsspec (pip install 'crucible[train]') and its driver for the scheme"
+        ) from exc
+    fs, root = fsspec.core.url_to_fs(uri)
+    return fs, str(root)
+
+
+class TrainState(Stateful):
+    """A model and its optimizer under fixed keys, as DCP wants them.
+
+    Goes through `torch.distributed.checkpoint.state_dict`, which keys optimizer state by
+    parameter name instead of index, so it loads into a rebuilt (or resharded) model.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model = model
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optimizer"],
+        )

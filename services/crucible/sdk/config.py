@@ -1,0 +1,26 @@
+"""What the operator or the local executor tells a workload, read from the environment.
+
+The API URL, token and home directory come from `crucible.settings`; these are the fields
+only a workload process has.
+"""
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class RunEnvironment(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CRUCIBLE_", extra="ignore")
+
+    run_id: int | None = Field(default=None, ge=1, description="The run this process serves.")
+    attempt: int | None = Field(
+        default=None, ge=1, description="The attempt number; stamped on checkpoints, heartbeats."
+    )
+    resume_from: str | None = Field(
+        default=None,
+        description="Checkpoint id or URI to resume from; default: the run's latest checkpoint.",
+    )
+    checkpoint_uri: str | None = Field(
+        default=None,
+        description="Prefix under which checkpoints go; default: "
+        "file://$CRUCIBLE_HOME/runs/<run_id>/checkpoints.",
+    )

@@ -1,0 +1,58 @@
+"""Where checkpoints and datasets live: `file://` paths natively, other schemes via fsspec.
+
+Local writes are atomic: into a temporary directory, fsynced, then renamed to the final
+name, so a reader never sees a half-written directory under a final name.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+TEMP_PREFIX = ".tmp-"
+
+
+def local_path(uri: str) -> Path | None:
+    """The local path of a `file://` URI or a plain path; None for any other scheme."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"{uri!r} names host {parsed.netloc!r}; use file:///absolute/path")
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(uri).absolute()
+    return None
+
+
+def file_uri(path: Path) -> str:
+    return path.absolute().as_uri()
+
+
+def join(base_uri: str, name: str) -> str:
+    return base_uri.rstrip("/") + "/" + name
+
+
+def fsync_tree(root: Path) -> None:
+    """Flush every file and directory under root (and root itself) to stable storage."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(directory))
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit_dir(temp: Path, final: Path) -> None:
+    """Make a fully written temporary directory visible under its final name, durably."""
+    fsync_tree(temp)
+    os.rename(temp, final)
+    fsync_dir(final.parent)

@@ -1,0 +1,182 @@
+"""The dashboard in Debian's Chromium against a real `crucible server` seeded through the API.
+
+The built dashboard is served by `vite preview`, which forwards /api to the server, so this
+test needs only web/node_modules (`npm ci` in web/) and `apt-get install chromium`.
+Set CRUCIBLE_SCREENSHOT_DIR to keep the screenshots; otherwise they go to pytest's tmp_path.
+"""
+
+import math
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.servers import LocalServer, free_port, local_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+WEB = Path(__file__).resolve().parents[2] / "web"
+CHROMIUM = "/usr/bin/chromium"
+API = "/api/v1"
+STEPS = 600
+NEWER_RUNS = 50  # the API's page size in the dashboard, so the seeded run lands on page 2
+
+
+def _require_tools() -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: run `apt-get install -y chromium` (Debian's)")
+    if shutil.which("node") is None:
+        pytest.fail("no `node` on PATH: install Node 20")
+    if not (WEB / "node_modules" / ".bin" / "vite").exists():
+        pytest.fail("web/node_modules is missing: run `npm ci` in web/")
+
+
+def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    response = client.request(method, f"{API}{path}", **kwargs)
+    assert response.is_success, f"{method} {path}: {response.status_code} {response.text}"
+    return response.json()
+
+
+def _seed(server: LocalServer) -> dict[str, Any]:
+    """A training run preempted once and resumed, with two metrics, then a pending eval and
+    a sweep of newer runs that push the first two onto the runs table's second page."""
+    headers = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+
+        def submit(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+            manifest = {
+                "apiVersion": "crucible.dev/v1alpha1",
+                "kind": kind,
+                "metadata": {"name": name},
+                "spec": {"experiment": "arithmetic", **spec},
+            }
+            body = {"project": "default", "manifest": manifest}
+            result: dict[str, Any] = _call(client, "POST", "/runs", json=body)
+            return result
+
+        run = submit("TrainingRun", "arith-sft", {"gpusPerNode": 2, "config": {"steps": STEPS}})
+        submit(
+            "EvalJob", "arith-sft-eval", {"checkpoint": {"run": "arith-sft"}, "suite": "heldout"}
+        )
+        rid = run["id"]
+
+        def phase(name: str, reason: str = "", message: str = "") -> None:
+            report = {"phase": name, "reason": reason, "message": message}
+            _call(client, "POST", f"/runs/{rid}/phase", json=report)
+
+        def log(first: int, last: int) -> None:
+            points = [
+                {"key": "train/loss", "step": s, "value": 2.5 * math.exp(-s / 150) + 0.1}
+                for s in range(first, last)
+            ] + [
+                {"key": "eval/accuracy", "step": s, "value": 1 - math.exp(-s / 200)}
+                for s in range(first, last, 50)
+            ]
+            _call(client, "POST", f"/runs/{rid}/metrics", json={"points": points})
+
+        phase("Scheduling")
+        _call(client, "POST", f"/runs/{rid}/attempts", json={"reason": "initial"})
+        phase("Running")
+        log(0, 250)
+        phase("Interrupted", "Preempted", "node gpu-3 reclaimed")
+        end = {"end_reason": "Preempted", "exit_code": 143}
+        _call(client, "POST", f"/runs/{rid}/attempts/1/end", json=end)
+        phase("Recovering")
+        phase("Scheduling")
+        _call(client, "POST", f"/runs/{rid}/attempts", json={"reason": "preemption"})
+        phase("Running")
+        log(250, STEPS)
+        for index in range(NEWER_RUNS):
+            submit("TrainingRun", f"sweep-{index:02d}", {"config": {"lr": 10 ** -(index % 5)}})
+        seeded: dict[str, Any] = _call(client, "GET", f"/runs/{rid}")
+        return seeded
+
+
+@contextmanager
+def _vite_preview(dist: Path, api_url: str, log: Path) -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        str(WEB / "node_modules" / ".bin" / "vite"),
+        "preview",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--strictPort",
+        f"--outDir={dist}",
+    ]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=WEB,
+            env={**os.environ, "CRUCIBLE_API_URL": api_url},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("vite preview did not start:\n" + log.read_text())
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
+    _require_tools()
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [str(WEB / "node_modules" / ".bin" / "vite"), "build", f"--outDir={dist}"],
+        cwd=WEB,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
+
+    (tmp_path / "server").mkdir()
+    with local_server(tmp_path / "server") as server:
+        run = _seed(server)
+        with _vite_preview(dist, server.url, tmp_path / "vite.log") as base_url:
+            env = {
+                **os.environ,
+                "BASE_URL": base_url,
+                "TOKEN": server.token,
+                "RUN_ID": str(run["id"]),
+                "RUN_NAME": run["name"],
+                "EXPERIMENT_NAME": "arithmetic",
+                "LATEST_STEP": str(run["latest_step"]),
+                "RUN_PAGE": "2",
+                "SCREENSHOT_DIR": str(screenshots),
+                "CHROMIUM": CHROMIUM,
+            }
+            e2e = subprocess.run(
+                ["node", str(WEB / "e2e" / "dashboard.e2e.mjs")],
+                cwd=WEB,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+    print(e2e.stdout)
+    assert e2e.returncode == 0, e2e.stdout + e2e.stderr
+    for name in ("experiment.png", "run.png"):
+        assert (screenshots / name).stat().st_size > 10_000, f"{name} looks empty"

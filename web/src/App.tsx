@@ -1,0 +1,53 @@
+import { useQueryClient } from '@tanstack/react-query';
+import { useEffect } from 'react';
+
+import { clearToken, getToken } from './auth';
+import { Experiment } from './pages/Experiment';
+import { Project } from './pages/Project';
+import { Projects } from './pages/Projects';
+import { Run } from './pages/Run';
+import { SignIn } from './pages/SignIn';
+import { href, navigate, parseRoute, useHash } from './router';
+
+export function App() {
+  const route = parseRoute(useHash());
+  const signedIn = getToken() !== null;
+  const queryClient = useQueryClient();
+
+  useEffect(() => {
+    if (!signedIn && route.page !== 'signin') navigate(href.signIn());
+  }, [signedIn, route.page]);
+
+  if (route.page === 'signin' || !signedIn) return <SignIn />;
+
+  function signOut() {
+    clearToken();
+    queryClient.clear();
+    navigate(href.signIn());
+  }
+
+  // Keyed by id so moving between two experiments starts each at its first page.
+  return (
+    <>
+      <header className="topbar">
+        <a className="brand" href={href.projects()}>
+          Crucible
+        </a>
+        <button type="button" className="link" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      <main>
+        {route.page === 'projects' && <Projects />}
+        {route.page === 'project' && <Project key={route.id} id={route.id} />}
+        {route.page === 'experiment' && <Experiment key={route.id} id={route.id} />}
+        {route.page === 'run' && <Run key={route.id} id={route.id} />}
+        {route.page === 'notFound' && (
+          <p className="empty">
+            Nothing at <code>{route.path}</code>. <a href={href.projects()}>Go to the projects</a>.
+          </p>
+        )}
+      </main>
+    </>
+  );
+}

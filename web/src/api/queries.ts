@@ -1,0 +1,29 @@
+import { useQuery } from '@tanstack/react-query';
+
+import { api, unwrap } from './client';
+
+// Lookups several pages share, under one query key each so they are fetched once.
+
+export function useProject(id: number | undefined) {
+  return useQuery({
+    queryKey: ['project', id],
+    enabled: id !== undefined,
+    queryFn: async () =>
+      unwrap(
+        await api.GET('/api/v1/projects/{project_id}', { params: { path: { project_id: id ?? 0 } } }),
+      ),
+  });
+}
+
+export function useExperiment(id: number | undefined) {
+  return useQuery({
+    queryKey: ['experiment', id],
+    enabled: id !== undefined,
+    queryFn: async () =>
+      unwrap(
+        await api.GET('/api/v1/experiments/{experiment_id}', {
+          params: { path: { experiment_id: id ?? 0 } },
+        }),
+      ),
+  });
+}
