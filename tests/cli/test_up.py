@@ -3,7 +3,10 @@
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import httpx
 
 from tests.servers import local_server
 
@@ -45,3 +48,72 @@ def test_up_runs_a_submitted_run_to_success(tmp_path: Path) -> None:
             time.sleep(0.5)
         log = server.home / "runs" / "1" / "attempt-1.log"
         assert log.read_text().strip() == "hello from run 1"
+
+
+TRAPS_SIGTERM = """\
+kind: TrainingRun
+metadata: {name: drained}
+spec:
+  experiment: up
+  command:
+    - python
+    - -c
+    - |
+      import signal, sys, time
+      def drain(*_):
+          print("checkpointed on SIGTERM", flush=True)
+          sys.exit(143)
+      signal.signal(signal.SIGTERM, drain)
+      print("training", flush=True)
+      while True:
+          time.sleep(0.05)
+"""
+
+
+def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crucible", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
+
+
+def test_preempt_drains_the_run_and_streams_its_events(tmp_path: Path) -> None:
+    manifest = tmp_path / "drained.yaml"
+    manifest.write_text(TRAPS_SIGTERM.replace("- python\n", f"- {sys.executable}\n"))
+    with local_server(tmp_path, command="up") as server:
+        assert crucible(server.env, "submit", str(manifest)).returncode == 0
+        headers = {"Authorization": f"Bearer {server.token}"}
+        api = httpx.Client(base_url=server.url, headers=headers, timeout=30)
+        wait_for(lambda: api.get("/api/v1/runs/1").json()["phase"] == "Running")
+        wait_for(lambda: "training" in crucible(server.env, "runs", "logs", "1").stdout)
+
+        preempted = crucible(server.env, "runs", "preempt", "1")
+        assert preempted.returncode == 0, preempted.stderr
+        wait_for(lambda: api.get("/api/v1/runs/1").json()["phase"] == "Interrupted")
+        attempt = api.get("/api/v1/runs/1/attempts").json()[0]
+        assert (attempt["end_reason"], attempt["exit_code"]) == ("Preempted", 143)
+        logs = crucible(server.env, "runs", "logs", "1", "--follow")
+        assert "checkpointed on SIGTERM" in logs.stdout
+        again = crucible(server.env, "runs", "preempt", "1")
+        assert again.returncode == 1 and "only a Running run" in again.stderr
+
+        seen: list[str] = []
+        with api.stream("GET", "/api/v1/runs/1/events/stream") as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    seen.append(line.removeprefix("event: "))
+                if "AttemptEnded" in seen:
+                    break
+        assert seen[:4] == ["Submitted", "PhaseChanged", "AttemptStarted", "PhaseChanged"]
+        assert "PreemptRequested" in seen

@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 from rich.markup import escape
 
+from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import Backend, Phase, Role, RunKind
@@ -251,6 +252,41 @@ def runs_cancel(run_id: int) -> None:
     with client() as api:
         run = api.cancel_run(run_id)
     console.print(f"run {run.id} {run.phase}")
+
+
+@runs_app.command("preempt")
+@friendly_errors
+def runs_preempt(run_id: int) -> None:
+    """Preempt a running run like a node drain: it gets SIGTERM, checkpoints and stops."""
+    with client() as api:
+        run = api.preempt_run(run_id)
+    console.print(f"preemption of run {run.id} requested")
+
+
+@runs_app.command("logs")
+@friendly_errors
+def runs_logs(
+    run_id: int,
+    attempt: Annotated[int | None, typer.Option(help="Attempt number; default the latest.")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+    ] = False,
+) -> None:
+    """Print a local run's log (the embedded mode keeps them under CRUCIBLE_HOME/runs)."""
+    settings = load_settings()
+    with client() as api:
+        run = api.get_run(run_id)
+        number = attempt or run.attempt_count
+        if number < 1:
+            raise CrucibleError(f"run {run_id} has not started an attempt yet")
+        path = settings.home / "runs" / str(run_id) / f"attempt-{number}.log"
+        if not path.exists():
+            raise CrucibleError(f"no log at {path}; logs of kubernetes runs are in their pods")
+
+        def attempt_ended() -> bool:
+            return api.list_attempts(run_id)[number - 1].ended_at is not None
+
+        follow_log(path, follow=follow, finished=attempt_ended)
 
 
 @app.command()

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

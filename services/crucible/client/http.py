@@ -184,6 +184,9 @@ class CrucibleClient:
     def cancel_run(self, run_id: int) -> RunPublic:
         return self._post(f"/api/v1/runs/{run_id}/cancel", None, RunPublic)
 
+    def preempt_run(self, run_id: int) -> RunPublic:
+        return self._post(f"/api/v1/runs/{run_id}/preempt", None, RunPublic)
+
     def report_phase(self, run_id: int, report: PhaseReport) -> RunPublic:
         return self._post(f"/api/v1/runs/{run_id}/phase", report, RunPublic)
 

@@ -197,6 +197,23 @@ def cancel_run(*, session: Session, principal: Principal, run_id: int) -> RunPub
     return RunPublic.model_validate(run)
 
 
+def request_preemption(*, session: Session, principal: Principal, run_id: int) -> RunPublic:
+    """Ask the backend to preempt a running run as a node drain would (SIGTERM, checkpoint,
+    exit). Recorded as an event, which the executor or operator acts on."""
+    run = load_run(session, principal, run_id, Role.editor)
+    if Phase(run.phase) is not Phase.Running:
+        raise Conflict(f"run {run.id} is {run.phase}; only a Running run can be preempted")
+    record_event(
+        session,
+        run_id=run.id,
+        type=reasons.EVENT_PREEMPT_REQUESTED,
+        reason=reasons.REASON_PREEMPTED,
+        message="preemption requested",
+    )
+    session.flush()
+    return RunPublic.model_validate(run)
+
+
 def report_phase(
     *, session: Session, principal: Principal, run_id: int, report: PhaseReport
 ) -> RunPublic:

@@ -25,3 +25,6 @@ REASON_INPUTS_MISSING = "InputsMissing"
 REASON_PRODUCER_FAILED = "ProducerFailed"
 REASON_SUBMITTED = "Submitted"
 REASON_INVALID_SPEC = "InvalidSpec"
+
+# Event types other components act on
+EVENT_PREEMPT_REQUESTED = "PreemptRequested"  # the executor/operator drains the run

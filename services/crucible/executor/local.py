@@ -41,6 +41,7 @@ class ActiveAttempt:
     log_file: IO[bytes]
     preempted: bool = False
     stop_deadline: float | None = None
+    seen_event_id: int = 0  # events before this one were already looked at
     started: float = field(default_factory=time.monotonic)
 
 
@@ -82,7 +83,7 @@ class LocalExecutor:
     def tick(self) -> None:
         with self._lock:
             self._reap()
-            self._stop_cancelled()
+            self._watch_active()
             self._start_waiting()
 
     def adopt_orphans(self) -> None:
@@ -107,9 +108,7 @@ class LocalExecutor:
             active = self._active.get(run_id)
             if active is None:
                 return False
-            active.preempted = True
-            self._signal(active, signal.SIGTERM)
-            active.stop_deadline = time.monotonic() + self._grace
+            self._preempt(active)
             return True
 
     def shutdown(self) -> None:
@@ -214,7 +213,8 @@ class LocalExecutor:
         latest = self._client.latest_checkpoint(run.id)
         return reason, latest.id if latest is not None else None
 
-    def _stop_cancelled(self) -> None:
+    def _watch_active(self) -> None:
+        """Act on what users asked through the API: cancel stops, preempt drains."""
         for active in list(self._active.values()):
             if active.stop_deadline is not None:
                 if time.monotonic() > active.stop_deadline:
@@ -223,6 +223,12 @@ class LocalExecutor:
             if self._client.get_run(active.run_id).phase == Phase.Cancelled:
                 self._signal(active, signal.SIGTERM)
                 active.stop_deadline = time.monotonic() + self._grace
+                continue
+            events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
+            if events:
+                active.seen_event_id = events[-1].id
+            if any(e.type == reasons.EVENT_PREEMPT_REQUESTED for e in events):
+                self._preempt(active)
 
     def _reap(self) -> None:
         for run_id, active in list(self._active.items()):
@@ -295,6 +301,11 @@ class LocalExecutor:
 
     def _report(self, run_id: int, phase: Phase, reason: str, message: str) -> None:
         self._client.report_phase(run_id, PhaseReport(phase=phase, reason=reason, message=message))
+
+    def _preempt(self, active: ActiveAttempt) -> None:
+        active.preempted = True
+        self._signal(active, signal.SIGTERM)
+        active.stop_deadline = time.monotonic() + self._grace
 
     @staticmethod
     def _signal(active: ActiveAttempt, signum: signal.Signals) -> None:

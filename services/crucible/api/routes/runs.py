@@ -76,6 +76,13 @@ def cancel_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPubl
         return runs.cancel_run(session=session, principal=principal, run_id=run_id)
 
 
+@router.post("/runs/{run_id}/preempt", operation_id="preemptRun")
+def preempt_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+    """Preempt a Running run like a node drain: SIGTERM, the workload checkpoints and exits."""
+    with uow() as session:
+        return runs.request_preemption(session=session, principal=principal, run_id=run_id)
+
+
 @router.post("/runs/{run_id}/phase", operation_id="reportRunPhase")
 def report_phase(
     run_id: PathId, body: PhaseReport, uow: Uow, principal: CurrentPrincipal
