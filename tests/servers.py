@@ -25,6 +25,18 @@ class LocalServer:
         return (self.home / "token").read_text().strip()
 
 
+def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the `crucible` CLI as a user would, in `env` (see LocalServer.env)."""
+    return subprocess.run(
+        [sys.executable, "-m", "crucible", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -61,14 +73,21 @@ def local_server(
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, seconds: float) -> None:
+    wait_until_serving(f"{url}/readyz", process, log, seconds, what="crucible server")
+
+
+def wait_until_serving(
+    url: str, process: subprocess.Popen[bytes], log: Path, seconds: float, *, what: str
+) -> None:
+    """Poll `url` until it answers 200; fail with the process's log if it dies or stalls."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            if httpx.get(f"{url}/readyz").status_code == 200:
+            if httpx.get(url).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            raise RuntimeError("crucible server did not start:\n" + log.read_text())
+            raise RuntimeError(f"{what} did not start:\n" + log.read_text())
         time.sleep(0.2)

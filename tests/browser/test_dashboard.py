@@ -9,7 +9,6 @@ import math
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.servers import LocalServer, free_port, local_server
+from tests.servers import LocalServer, free_port, local_server, wait_until_serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -120,16 +119,7 @@ def _vite_preview(dist: Path, api_url: str, log: Path) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("vite preview did not start:\n" + log.read_text())
-            time.sleep(0.2)
+        wait_until_serving(url, process, log, 30, what="vite preview")
         yield url
     finally:
         process.terminate()

@@ -1,14 +1,12 @@
 """The CLI against a real `crucible server` process in embedded mode, as a user runs it."""
 
 import stat
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, local_server
+from tests.servers import crucible, free_port, local_server
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train-and-eval.yaml"
 
@@ -18,17 +16,6 @@ def server_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     """One server for the module: starting one costs seconds, and tests use distinct names."""
     with local_server(tmp_path_factory.mktemp("server")) as server:
         yield server.env
-
-
-def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crucible", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_first_start_saves_an_owner_only_admin_token(server_env: dict[str, str]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.servers import local_server
+from tests.servers import crucible, local_server
 
 RUN = """\
 kind: TrainingRun
@@ -68,17 +68,6 @@ spec:
       while True:
           time.sleep(0.05)
 """
-
-
-def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crucible", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 60) -> None:
