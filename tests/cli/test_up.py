@@ -1,6 +1,5 @@
 """`crucible up`: the API and the local executor in one command, driven through the CLI."""
 
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -23,25 +22,11 @@ def test_up_runs_a_submitted_run_to_success(tmp_path: Path) -> None:
     manifest = tmp_path / "run.yaml"
     manifest.write_text(RUN.replace("[python,", f"[{sys.executable},"))
     with local_server(tmp_path, command="up") as server:
-        submitted = subprocess.run(
-            [sys.executable, "-m", "crucible", "submit", str(manifest)],
-            env=server.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        submitted = crucible(server.env, "submit", str(manifest))
         assert submitted.returncode == 0, submitted.stderr
         deadline = time.monotonic() + 60
         while True:
-            listed = subprocess.run(
-                [sys.executable, "-m", "crucible", "runs", "ls"],
-                env=server.env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            ).stdout
+            listed = crucible(server.env, "runs", "ls").stdout
             if "Succeeded" in listed:
                 break
             assert time.monotonic() < deadline, listed

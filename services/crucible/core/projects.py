@@ -1,6 +1,6 @@
 """Projects and experiments."""
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
@@ -160,7 +160,9 @@ def delete_experiment(
     session.flush()
 
 
-def _refuse_if_runs(session: Session, condition: object, what: str, force: bool) -> None:
-    count = session.scalar(select(func.count()).select_from(Run).where(condition))  # type: ignore[arg-type]
+def _refuse_if_runs(
+    session: Session, condition: ColumnElement[bool], what: str, force: bool
+) -> None:
+    count = session.scalar(select(func.count()).select_from(Run).where(condition))
     if count and not force:
         raise Conflict(f"{what} has {count} runs; pass force=true to delete them too")

@@ -92,7 +92,15 @@ class LocalExecutor:
         for run in self._local_runs(Phase.Running):
             if run.id in self._active:
                 continue
-            self._end_attempt(run, reasons.REASON_NODE_LOST, None, "the executor restarted")
+            attempts = self._client.list_attempts(run.id)
+            if attempts and attempts[-1].ended_at is None:
+                self._end_attempt(
+                    run.id,
+                    attempts[-1].number,
+                    reasons.REASON_NODE_LOST,
+                    None,
+                    "the executor restarted",
+                )
             self._report(
                 run.id,
                 Phase.Interrupted,
@@ -190,10 +198,8 @@ class LocalExecutor:
         except OSError as exc:
             log_file.close()
             self._gpus.give_back(gpus)
-            self._client.end_attempt(
-                run.id,
-                attempt.number,
-                AttemptEnd(end_reason=reasons.REASON_ERROR_EXIT, message=f"could not start: {exc}"),
+            self._end_attempt(
+                run.id, attempt.number, reasons.REASON_ERROR_EXIT, None, f"could not start: {exc}"
             )
             self._report(
                 run.id,
@@ -276,28 +282,20 @@ class LocalExecutor:
         return [r for r in page.items if r.backend == Backend.local]
 
     def _end(self, active: ActiveAttempt, reason: str, code: int | None, message: str) -> None:
+        self._end_attempt(active.run_id, active.number, reason, code, message)
+
+    def _end_attempt(
+        self, run_id: int, number: int, reason: str, code: int | None, message: str
+    ) -> None:
         try:
             self._client.end_attempt(
-                active.run_id,
-                active.number,
-                AttemptEnd(end_reason=reason, exit_code=code, message=message),
+                run_id, number, AttemptEnd(end_reason=reason, exit_code=code, message=message)
             )
         except ApiError as exc:
             if exc.status != 409:
                 raise
             # Someone else (the heartbeat watchdog, another executor) ended it first.
-            log.info(
-                "attempt %s of run %s was already ended: %s", active.number, active.run_id, exc
-            )
-
-    def _end_attempt(self, run: RunPublic, reason: str, code: int | None, message: str) -> None:
-        attempts = self._client.list_attempts(run.id)
-        if attempts and attempts[-1].ended_at is None:
-            self._client.end_attempt(
-                run.id,
-                attempts[-1].number,
-                AttemptEnd(end_reason=reason, exit_code=code, message=message),
-            )
+            log.info("attempt %s of run %s was already ended: %s", number, run_id, exc)
 
     def _report(self, run_id: int, phase: Phase, reason: str, message: str) -> None:
         self._client.report_phase(run_id, PhaseReport(phase=phase, reason=reason, message=message))
