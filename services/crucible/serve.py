@@ -1,7 +1,10 @@
 """Start the API under uvicorn, after the embedded-mode bootstrap."""
 
 import threading
+import time
+from collections.abc import Callable
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 from rich.console import Console
@@ -15,6 +18,7 @@ from crucible.domain.errors import CrucibleError
 from crucible.executor.gpus import GpuPool, detect_gpus
 from crucible.executor.local import LocalExecutor
 from crucible.settings import Settings, load_settings
+from crucible.workers.inprocess import InProcessWorkers
 
 console = Console(stderr=True)
 
@@ -44,8 +48,15 @@ def serve_api(settings: Settings, *, host: str, port: int, workers: int = 1) -> 
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-def serve_up(settings: Settings, *, host: str, port: int) -> None:
-    """The embedded all-in-one: API on SQLite plus the local executor in this process."""
+def serve_up(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """The embedded all-in-one: API on SQLite, the local executor and the workers in this
+    process. `on_ready(api_url)` runs in a thread once the API answers (the demo)."""
     if not settings.is_sqlite:
         raise CrucibleError(
             "`crucible up` is the embedded mode; with Postgres run "
@@ -64,18 +75,40 @@ def serve_up(settings: Settings, *, host: str, port: int) -> None:
         home=settings.home,
         gpus=GpuPool(gpus),
     )
+    workers = InProcessWorkers(app.state.session_factory)
     stop = threading.Event()
-    worker = threading.Thread(target=executor.run, args=(stop,), name="executor", daemon=True)
-    worker.start()
+    threads = [
+        threading.Thread(target=executor.run, args=(stop,), name="executor", daemon=True),
+        threading.Thread(target=workers.run, args=(stop,), name="workers", daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
     console.print(
         f"Crucible on http://{host}:{port}  (API docs: /docs; executor: "
         f"{len(gpus)} GPUs; logs and checkpoints in {settings.home / 'runs'})"
     )
+    if on_ready is not None:
+        threading.Thread(
+            target=_when_serving, args=(api_url, on_ready), name="on-ready", daemon=True
+        ).start()
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         stop.set()
-        worker.join()
+        for thread in threads:
+            thread.join()
+
+
+def _when_serving(api_url: str, on_ready: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{api_url}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    on_ready(api_url)
 
 
 def announce_local(settings: Settings, app: FastAPI) -> None:

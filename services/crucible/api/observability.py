@@ -2,6 +2,7 @@
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -10,7 +11,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crucible.db.tables import Run
+from crucible.db.tables import OutboxMessage, Run
 
 
 class ApiMetrics:
@@ -52,14 +53,33 @@ class _StateCollector(Collector):
         in_use.add_metric([], float(getattr(pool, "checkedout", lambda: 0)()))
         yield in_use
         by_phase = GaugeMetricFamily("crucible_runs", "Runs by phase.", labels=["phase"])
+        lag = GaugeMetricFamily(
+            "crucible_outbox_lag_seconds",
+            "Age of the oldest outbox message no worker has handled yet (0 when drained).",
+        )
         try:
             with self.session_factory() as session:
                 rows = session.execute(select(Run.phase, func.count()).group_by(Run.phase))
                 for phase, count in rows:
                     by_phase.add_metric([phase], float(count))
+                oldest = session.scalar(
+                    select(func.min(OutboxMessage.created_at)).where(
+                        OutboxMessage.handled_at.is_(None)
+                    )
+                )
+                lag.add_metric([], _age_seconds(oldest))
         except Exception:  # noqa: S110 - a scrape must not fail because the DB is down
             pass
         yield by_phase
+        yield lag
+
+
+def _age_seconds(moment: datetime | None) -> float:
+    if moment is None:
+        return 0.0
+    if moment.tzinfo is None:  # SQLite's MIN() hands back a naive UTC datetime (or text)
+        moment = moment.replace(tzinfo=UTC)
+    return max((datetime.now(UTC) - moment).total_seconds(), 0.0)
 
 
 class RequestMetrics:

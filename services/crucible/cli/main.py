@@ -2,6 +2,7 @@
 
 import functools
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -69,17 +70,98 @@ def server(
     serve_api(load_settings(), host=host, port=port, workers=workers)
 
 
+class DemoSize(StrEnum):
+    none = "none"
+    full = "full"
+    quick = "quick"
+
+
 @app.command()
 @friendly_errors
 def up(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+    demo: Annotated[
+        DemoSize, typer.Option(help="Also run the demo loop once serving (full or quick).")
+    ] = DemoSize.none,
 ) -> None:
-    """Run everything on this machine: the API (SQLite) and the executor that runs local runs
-    as processes (GPUs by CUDA_VISIBLE_DEVICES)."""
+    """Run everything on this machine: the API (SQLite), the executor that runs local runs
+    as processes (GPUs by CUDA_VISIBLE_DEVICES), the workers (recovery, eval triggers) and
+    the dashboard."""
     from crucible.serve import serve_up
 
-    serve_up(load_settings(), host=host, port=port)
+    settings = load_settings()
+    on_ready = None
+    if demo is not DemoSize.none:
+
+        def on_ready(api_url: str) -> None:
+            _run_demo(
+                CrucibleClient.from_settings(settings.model_copy(update={"api_url": api_url})),
+                demo,
+                DEFAULT_PROJECT,
+                "demo" if demo is DemoSize.full else "demo-quick",
+            )
+
+    serve_up(settings, host=host, port=port, on_ready=on_ready)
+
+
+@app.command()
+@friendly_errors
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1, help="Tasks handled at once.")] = 4,
+    beat: Annotated[
+        bool, typer.Option(help="Also schedule the periodic tasks (run one beat per cluster).")
+    ] = True,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on this port.")
+    ] = None,
+) -> None:
+    """Run a Celery worker (broker: CRUCIBLE_BROKER_URL; database: CRUCIBLE_DATABASE_URL):
+    preemption recovery, eval triggers and the periodic sweeps."""
+    from crucible.workers.celery_app import run_worker
+
+    run_worker(load_settings(), concurrency=concurrency, beat=beat, metrics_port=metrics_port)
+
+
+@app.command()
+@friendly_errors
+def demo(
+    quick: Annotated[bool, typer.Option(help="The CI-sized loop (about 3 minutes).")] = False,
+    project: ProjectOpt = DEFAULT_PROJECT,
+    experiment: Annotated[
+        str | None, typer.Option(help="Experiment (and run-name prefix); default demo[-quick].")
+    ] = None,
+    print_yaml: Annotated[
+        bool, typer.Option("--print", help="Print the loop's YAML instead of running it.")
+    ] = False,
+) -> None:
+    """Run the post-training loop on a running `crucible up`: teacher data -> SFT (evals on
+    every checkpoint) -> rollouts with rewards -> RL -> evals; then accuracy and lineage."""
+    size = DemoSize.quick if quick else DemoSize.full
+    name = experiment or ("demo-quick" if quick else "demo")
+    if print_yaml:
+        from crucible.demo.loop import FULL, QUICK, loop_manifests
+
+        manifests = loop_manifests(name, QUICK if quick else FULL)
+        console.print(yaml.safe_dump_all(manifests, sort_keys=False), end="", highlight=False)
+        return
+    with client() as api:
+        _run_demo(api, size, project, name)
+
+
+def _run_demo(api: CrucibleClient, size: DemoSize, project: str, experiment: str) -> None:
+    from crucible.demo.loop import FULL, QUICK
+    from crucible.demo.watch import run_demo
+
+    outcome = run_demo(
+        api,
+        project=project,
+        experiment=experiment,
+        size=QUICK if size is DemoSize.quick else FULL,
+        console=console,
+    )
+    if not outcome.succeeded:
+        raise CrucibleError("the demo loop did not succeed; see the runs above")
 
 
 @db_app.command("upgrade")

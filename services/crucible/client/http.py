@@ -30,6 +30,7 @@ from crucible.schemas.runs import (
     AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
+    InputsResolution,
     PhaseReport,
     RunEventPublic,
     RunPublic,
@@ -187,6 +188,9 @@ class CrucibleClient:
     def preempt_run(self, run_id: int) -> RunPublic:
         return self._post(f"/api/v1/runs/{run_id}/preempt", None, RunPublic)
 
+    def resolve_inputs(self, run_id: int) -> InputsResolution:
+        return self._post(f"/api/v1/runs/{run_id}/inputs/resolve", None, InputsResolution)
+
     def report_phase(self, run_id: int, report: PhaseReport) -> RunPublic:
         return self._post(f"/api/v1/runs/{run_id}/phase", report, RunPublic)
 
@@ -269,6 +273,10 @@ class CrucibleClient:
 
     def record_eval(self, result_in: EvalResultCreate) -> EvalResultPublic:
         return self._post("/api/v1/evals", result_in, EvalResultPublic)
+
+    def list_run_evals(self, run_id: int) -> list[EvalResultPublic]:
+        """Eval results of every checkpoint the run wrote."""
+        return self._get(f"/api/v1/runs/{run_id}/evals", list[EvalResultPublic])
 
     def get_project(self, project_id: int) -> ProjectPublic:
         return self._get(f"/api/v1/projects/{project_id}", ProjectPublic)

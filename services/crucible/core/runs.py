@@ -193,7 +193,7 @@ def get_run(*, session: Session, principal: Principal, run_id: int) -> RunPublic
 
 def cancel_run(*, session: Session, principal: Principal, run_id: int) -> RunPublic:
     run = load_run(session, principal, run_id, Role.editor)
-    _move(session, run, Phase.Cancelled, reasons.REASON_CANCELLED_BY_USER, "cancelled by user")
+    move_run(session, run, Phase.Cancelled, reasons.REASON_CANCELLED_BY_USER, "cancelled by user")
     return RunPublic.model_validate(run)
 
 
@@ -219,11 +219,11 @@ def report_phase(
 ) -> RunPublic:
     run = load_run(session, principal, run_id, Role.editor)
     if Phase(run.phase) is not report.phase:
-        _move(session, run, report.phase, report.reason, report.message)
+        move_run(session, run, report.phase, report.reason, report.message)
     return RunPublic.model_validate(run)
 
 
-def _move(session: Session, run: Run, phase: Phase, reason: str, message: str) -> None:
+def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str) -> None:
     """Apply one state-machine transition with its timestamps, event and follow-up."""
     check_transition(Phase(run.phase), phase)
     now = datetime.now(UTC)

@@ -6,12 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crucible.domain.errors import CrucibleError
 from crucible.schemas.runs import RunPublic
-
-
-class NoCommand(CrucibleError):
-    pass
 
 
 def process_count(run: RunPublic) -> int:
@@ -24,13 +19,24 @@ def process_count(run: RunPublic) -> int:
     return 1
 
 
-def build_command(run: RunPublic) -> list[str]:
-    """The spec's command and args; several processes go through torchrun (one node)."""
+def reference_workload(run: RunPublic) -> str:
+    """The module of the reference workload that runs a spec without a command."""
     spec: dict[str, Any] = run.manifest.get("spec", {})
-    if not spec.get("command"):
-        # The reference workloads become the default once their entry points exist (issue 5).
-        raise NoCommand(f"run {run.name!r} has no spec.command; give the command to run")
-    command = list(spec["command"]) + list(spec.get("args", []))
+    if run.kind == "train":
+        return "crucible.workloads.train"
+    if run.kind == "eval":
+        return "crucible.workloads.eval"
+    if (spec.get("policy") or {}).get("teacher"):
+        return "crucible.workloads.datagen"
+    return "crucible.workloads.rollout"
+
+
+def build_command(run: RunPublic) -> list[str]:
+    """The spec's command and args (default: the reference workload of the run's kind);
+    several processes go through torchrun (one node)."""
+    spec: dict[str, Any] = run.manifest.get("spec", {})
+    command = list(spec.get("command") or [sys.executable, "-m", reference_workload(run)])
+    command += list(spec.get("args", []))
     processes = process_count(run)
     if processes == 1:
         return command
@@ -55,7 +61,10 @@ def build_env(
     home: Path,
     gpus: list[int],
     resume_from: int | None,
+    inputs: dict[str, Any] | None,
 ) -> dict[str, str]:
+    """The process environment: the caller's, plus the run's identity, API access, config,
+    spec and pinned inputs (the contract the SDK and the reference workloads read)."""
     spec: dict[str, Any] = run.manifest.get("spec", {})
     storage = (spec.get("checkpoints") or {}).get("storage")
     env = dict(os.environ)
@@ -69,6 +78,8 @@ def build_env(
             "CRUCIBLE_CHECKPOINT_URI": storage
             or (home / "runs" / str(run.id) / "checkpoints").as_uri(),
             "CRUCIBLE_CONFIG": json.dumps(spec.get("config", {})),
+            "CRUCIBLE_SPEC": json.dumps(spec),
+            "CRUCIBLE_INPUTS": json.dumps(inputs or {"datasets": [], "checkpoint": None}),
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
             "PYTHONUNBUFFERED": "1",
         }

@@ -13,23 +13,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Backend, Phase
 from crucible.executor.gpus import GpuPool
-from crucible.executor.launch import NoCommand, build_command, build_env
+from crucible.executor.launch import build_command, build_env
 from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
 
 log = logging.getLogger(__name__)
 
 # Exit code a workload uses after checkpointing on SIGTERM (128 + SIGTERM), as in Kubernetes.
 PREEMPTED_EXIT = 143
-_RESTART_REASON = {
-    reasons.REASON_PREEMPTED: AttemptReason.preemption,
-    reasons.REASON_NODE_LOST: AttemptReason.node_lost,
-}
 
 
 @dataclass
@@ -138,12 +134,19 @@ class LocalExecutor:
     # -- steps of a tick ---------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
-        for phase in (Phase.Pending, Phase.Scheduling):
+        for phase in (Phase.Pending, Phase.WaitingForInputs, Phase.Scheduling):
             for run in self._local_runs(phase):
-                if run.id not in self._active:
-                    self._try_start(run)
+                if run.id in self._active:
+                    continue
+                inputs = run.resolved_inputs
+                if inputs is None:
+                    resolution = self._client.resolve_inputs(run.id)
+                    if not resolution.ready:
+                        continue  # waiting (the API moved it to WaitingForInputs) or failed
+                    inputs = {"datasets": resolution.datasets, "checkpoint": resolution.checkpoint}
+                self._try_start(run, inputs)
 
-    def _try_start(self, run: RunPublic) -> None:
+    def _try_start(self, run: RunPublic, inputs: dict[str, Any]) -> None:
         gpus = self._gpus.take(run.gpus)
         if gpus is None:
             if run.gpus > self._gpus.total:
@@ -153,7 +156,7 @@ class LocalExecutor:
                     reasons.REASON_UNSCHEDULABLE,
                     f"needs {run.gpus} GPUs; this machine has {self._gpus.total}",
                 )
-            elif run.phase == Phase.Pending:
+            elif run.phase != Phase.Scheduling:
                 self._report(
                     run.id,
                     Phase.Scheduling,
@@ -161,13 +164,8 @@ class LocalExecutor:
                     f"waiting for {run.gpus} free GPUs",
                 )
             return
-        try:
-            command = build_command(run)
-        except NoCommand as exc:
-            self._gpus.give_back(gpus)
-            self._report(run.id, Phase.Failed, reasons.REASON_INVALID_SPEC, str(exc))
-            return
-        if run.phase == Phase.Pending:
+        command = build_command(run)
+        if run.phase != Phase.Scheduling:
             self._report(run.id, Phase.Scheduling, "", "")
         reason, resume_from = self._next_attempt_origin(run)
         attempt = self._client.start_attempt(
@@ -187,6 +185,7 @@ class LocalExecutor:
                     home=self._home,
                     gpus=gpus,
                     resume_from=resume_from,
+                    inputs=inputs,
                 ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -211,13 +210,12 @@ class LocalExecutor:
         self._active[run.id] = ActiveAttempt(run.id, attempt.number, process, gpus, log_file)
         self._report(run.id, Phase.Running, "", f"attempt {attempt.number}, pid {process.pid}")
 
-    def _next_attempt_origin(self, run: RunPublic) -> tuple[AttemptReason, int | None]:
+    @staticmethod
+    def _next_attempt_origin(run: RunPublic) -> tuple[AttemptReason, int | None]:
+        """Attempt 1 starts fresh; later ones as recovery decided (reason and checkpoint)."""
         if run.attempt_count == 0:
             return AttemptReason.initial, None
-        previous = self._client.list_attempts(run.id)[-1]
-        reason = _RESTART_REASON.get(previous.end_reason or "", AttemptReason.failure_retry)
-        latest = self._client.latest_checkpoint(run.id)
-        return reason, latest.id if latest is not None else None
+        return run.next_attempt_reason or AttemptReason.failure_retry, run.resume_checkpoint_id
 
     def _watch_active(self) -> None:
         """Act on what users asked through the API: cancel stops, preempt drains."""
@@ -226,9 +224,15 @@ class LocalExecutor:
                 if time.monotonic() > active.stop_deadline:
                     self._signal(active, signal.SIGKILL)
                 continue
-            if self._client.get_run(active.run_id).phase == Phase.Cancelled:
+            phase = self._client.get_run(active.run_id).phase
+            if phase == Phase.Cancelled:
                 self._signal(active, signal.SIGTERM)
                 active.stop_deadline = time.monotonic() + self._grace
+                continue
+            if phase != Phase.Running:
+                # Judged from outside (the heartbeat watchdog found it hung): stop it now.
+                self._signal(active, signal.SIGKILL)
+                active.stop_deadline = time.monotonic()
                 continue
             events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
             if events:
@@ -247,6 +251,8 @@ class LocalExecutor:
             self._finish(active, code)
 
     def _finish(self, active: ActiveAttempt, code: int) -> None:
+        """Record how the attempt ended. A bad end moves the run to Interrupted; the recovery
+        worker then decides between another attempt and Failed, by the run's budgets."""
         run = self._client.get_run(active.run_id)
         if run.phase == Phase.Cancelled:
             self._end(active, reasons.REASON_CANCELLED_BY_USER, code, "stopped on cancel")
@@ -266,14 +272,11 @@ class LocalExecutor:
             self._report(run.id, Phase.Succeeded, reasons.REASON_COMPLETED, "")
         else:
             why = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
-            self._end(active, reasons.REASON_ERROR_EXIT, code, why)
-            self._report(
-                run.id,
-                Phase.Failed,
-                reasons.REASON_ERROR_EXIT,
-                f"attempt {active.number} failed: {why}; see "
-                f"{self.log_path(run.id, active.number)}",
+            message = (
+                f"attempt {active.number} failed: {why}; see {self.log_path(run.id, active.number)}"
             )
+            self._end(active, reasons.REASON_ERROR_EXIT, code, message)
+            self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)
 
     # -- plumbing ----------------------------------------------------------------------------
 

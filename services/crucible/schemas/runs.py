@@ -38,6 +38,18 @@ class RunPublic(PublicModel):
     k8s_name: str | None
     k8s_uid: str | None
     attempt_count: int
+    resolved_inputs: dict[str, Any] | None = Field(
+        description="Inputs pinned before the first attempt: dataset refs and a checkpoint id."
+    )
+    next_attempt_reason: AttemptReason | None = Field(
+        description="Set by recovery: why the next attempt starts."
+    )
+    resume_checkpoint_id: int | None = Field(
+        description="Set by recovery: the checkpoint the next attempt resumes from."
+    )
+    next_attempt_at: datetime | None = Field(
+        description="Set by recovery: the next attempt starts no earlier (the backoff)."
+    )
     latest_step: int | None
     created_at: datetime
     started_at: datetime | None
@@ -91,3 +103,15 @@ class RunEventPublic(PublicModel):
     message: str
     data: dict[str, Any]
     created_at: datetime
+
+
+class InputsResolution(PublicModel):
+    """Whether a run's inputs exist, and the exact versions it will read."""
+
+    ready: bool
+    phase: Phase
+    message: str = Field(description="What the run waits for, or why it failed.")
+    datasets: list[str] = Field(description="`name@version` of each input dataset, in order.")
+    checkpoint: int | None = Field(
+        description="The checkpoint it starts from (initFrom, policy, or the one evaluated)."
+    )

@@ -6,6 +6,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from crucible.db.schema import current_revision, head_revision
+from crucible.workers import metrics as worker_metrics
 
 router = APIRouter(tags=["health"])
 
@@ -31,6 +32,8 @@ def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", operation_id="prometheusMetrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
-    return Response(
-        generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST
+    # The workers' registry is empty unless `crucible up` runs them in this process.
+    body = generate_latest(request.app.state.metrics.registry) + generate_latest(
+        worker_metrics.REGISTRY
     )
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,7 @@ from sse_starlette.sse import EventSourceResponse
 from crucible.api.deps import CurrentPrincipal, Uow
 from crucible.api.params import Limit, PathId, PathNumber, QueryId
 from crucible.api.streaming import event_stream
-from crucible.core import runs
+from crucible.core import inputs, runs
 from crucible.domain.enums import Phase, RunKind
 from crucible.schemas.common import Page
 from crucible.schemas.runs import (
@@ -15,6 +15,7 @@ from crucible.schemas.runs import (
     AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
+    InputsResolution,
     PhaseReport,
     RunEventPublic,
     RunPublic,
@@ -81,6 +82,14 @@ def preempt_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPub
     """Preempt a Running run like a node drain: SIGTERM, the workload checkpoints and exits."""
     with uow() as session:
         return runs.request_preemption(session=session, principal=principal, run_id=run_id)
+
+
+@router.post("/runs/{run_id}/inputs/resolve", operation_id="resolveRunInputs")
+def resolve_inputs(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> InputsResolution:
+    """Resolve the run's input datasets and starting checkpoint and pin them (the backend
+    asks before the first attempt); a run whose inputs do not exist yet waits for them."""
+    with uow() as session:
+        return inputs.resolve_inputs(session=session, principal=principal, run_id=run_id)
 
 
 @router.post("/runs/{run_id}/phase", operation_id="reportRunPhase")

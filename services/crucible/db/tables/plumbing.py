@@ -24,6 +24,9 @@ class OutboxMessage(Base):
     sent_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     publish_attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str] = mapped_column(Text, default="")
+    # Set in the same transaction as the handler's effects: a redelivered message whose
+    # handled_at is set is acknowledged without doing anything twice.
+    handled_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class IdempotencyRecord(Base):

@@ -37,6 +37,15 @@ class Run(Base):
     k8s_name: Mapped[str | None] = mapped_column(String(253))
     k8s_uid: Mapped[str | None] = mapped_column(String(64), unique=True)
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    # Inputs pinned when the run first became ready ({"datasets": ["name@3"], "checkpoint":
+    # 12}), so every attempt reads the same versions even after `@latest` moves on.
+    resolved_inputs: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # Decided by the recovery worker for the next attempt: why it starts, which checkpoint it
+    # resumes from (not a foreign key: retention may delete it; the SDK then refuses it), and
+    # not before when (the backoff).
+    next_attempt_reason: Mapped[str | None] = mapped_column(String(32))
+    resume_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     latest_step: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

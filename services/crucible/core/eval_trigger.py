@@ -1,0 +1,88 @@
+"""The eval trigger: every registered checkpoint gets exactly one EvalJob per eval suite in
+its run's policy.
+
+Exactly once comes from the name: an EvalJob is named after the checkpoint and the suite,
+and submitting the same name with the same spec returns the run already there. A redelivered
+message, a second worker or a re-registered checkpoint therefore adds nothing.
+"""
+
+import hashlib
+import re
+
+from sqlalchemy.orm import Session
+
+from crucible.core.access import SYSTEM
+from crucible.core.runs import parse_manifest, submit_run
+from crucible.db.tables import Checkpoint, Project, Run
+from crucible.domain.enums import Backend
+from crucible.domain.specs import API_VERSION, MAX_RUN_NAME, EvalPolicy, TrainingRunManifest
+from crucible.schemas.runs import RunSubmit
+
+EVALUATES_RUN_TAG = "crucible.dev/evaluates-run"
+CHECKPOINT_TAG = "crucible.dev/checkpoint"
+
+
+def on_checkpoint_registered(session: Session, *, checkpoint_id: int) -> list[int]:
+    """Submit the checkpoint's EvalJobs; returns their run ids (existing ones included)."""
+    checkpoint = session.get(Checkpoint, checkpoint_id)
+    if checkpoint is None or checkpoint.deleted_at is not None:
+        return []
+    run = session.get_one(Run, checkpoint.run_id)
+    manifest = parse_manifest(run.manifest)
+    if not isinstance(manifest, TrainingRunManifest) or not manifest.spec.evals:
+        return []
+    project = session.get_one(Project, run.project_id)
+    submitted = []
+    for policy in manifest.spec.evals:
+        eval_run = submit_run(
+            session=session,
+            principal=SYSTEM,
+            run_in=RunSubmit.model_validate(
+                {
+                    "project": project.name,
+                    "manifest": eval_manifest(run, manifest, checkpoint, policy),
+                    "backend": Backend(run.backend),
+                    "code_ref": run.code_ref,
+                    "tags": {
+                        EVALUATES_RUN_TAG: str(run.id),
+                        CHECKPOINT_TAG: str(checkpoint.id),
+                    },
+                }
+            ),
+        )
+        submitted.append(eval_run.id)
+    return submitted
+
+
+def eval_manifest(
+    run: Run, manifest: TrainingRunManifest, checkpoint: Checkpoint, policy: EvalPolicy
+) -> dict[str, object]:
+    spec = manifest.spec
+    eval_spec: dict[str, object] = {
+        "experiment": spec.experiment,
+        "checkpoint": {"id": checkpoint.id},
+        "suite": policy.suite,
+        "gpus": policy.gpus,
+        "config": policy.config,
+        "env": [e.model_dump(by_alias=True) for e in spec.env],
+        "scheduling": spec.scheduling.model_dump(by_alias=True, exclude_none=True),
+    }
+    if spec.image is not None:
+        eval_spec["image"] = spec.image
+    metadata: dict[str, object] = {"name": eval_run_name(run.name, checkpoint.id, policy.suite)}
+    if manifest.metadata.namespace is not None:
+        metadata["namespace"] = manifest.metadata.namespace
+    return {"apiVersion": API_VERSION, "kind": "EvalJob", "metadata": metadata, "spec": eval_spec}
+
+
+def eval_run_name(run_name: str, checkpoint_id: int, suite: str) -> str:
+    """`<run>-c<checkpoint id>-<suite>`, a DNS label of at most MAX_RUN_NAME characters,
+    unique per (checkpoint, suite) however long the names are."""
+    slug = re.sub(r"[^a-z0-9]+", "-", suite.lower()).strip("-") or "suite"
+    head = f"{run_name[:15].rstrip('-')}-c{checkpoint_id}-"
+    name = head + slug
+    if len(name) > MAX_RUN_NAME or slug != suite:
+        digest = hashlib.sha256(suite.encode()).hexdigest()[:4]
+        room = MAX_RUN_NAME - len(head) - len(digest) - 1
+        name = f"{head}{slug[:room].strip('-')}-{digest}".replace("--", "-")
+    return name

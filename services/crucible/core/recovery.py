@@ -1,0 +1,204 @@
+"""Recovery: after an attempt ends badly, either schedule the next one (resuming from the latest
+good checkpoint, after a backoff) or fail the run when its budget is spent.
+
+Interruptions (preemption, eviction, a lost node, a hung process) and application failures
+(non-zero exit, OOM) are counted against separate budgets: a cluster that preempts a run
+twenty times must not use up the one retry a genuine bug gets.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from crucible.core.events import record_event
+from crucible.core.runs import move_run, parse_manifest
+from crucible.db.tables import Attempt, Checkpoint, Run
+from crucible.domain import reasons
+from crucible.domain.enums import AttemptReason, Phase
+from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest
+from crucible.sdk import storage
+from crucible.sdk.digest import content_of
+
+INTERRUPTION_REASONS = frozenset(
+    {
+        reasons.REASON_PREEMPTED,
+        reasons.REASON_EVICTED,
+        reasons.REASON_NODE_LOST,
+        reasons.REASON_HEARTBEAT_TIMEOUT,
+    }
+)
+_ATTEMPT_REASON_AFTER = {
+    reasons.REASON_PREEMPTED: AttemptReason.preemption,
+    reasons.REASON_EVICTED: AttemptReason.preemption,
+    reasons.REASON_NODE_LOST: AttemptReason.node_lost,
+    reasons.REASON_HEARTBEAT_TIMEOUT: AttemptReason.node_lost,
+}
+MAX_BACKOFF_SECONDS = 60.0
+# Digest-check checkpoints up to this size before resuming; larger ones are checked by size
+# here and by digest in the workload (the SDK refuses a mismatch before loading).
+FULL_VERIFY_MAX_BYTES = 2 * 1024**3
+
+
+@dataclass(frozen=True)
+class Decision:
+    retry: bool
+    attempt_reason: AttemptReason
+    delay_seconds: float
+    fail_reason: str
+    summary: str
+    """e.g. "interruption 2 of 20" — for events and messages."""
+
+
+def decide(policy: RecoveryPolicy, end_reasons: Sequence[str]) -> Decision:
+    """What to do after the last of `end_reasons` (every ended attempt's reason, in order)."""
+    last = end_reasons[-1]
+    interruption = last in INTERRUPTION_REASONS
+    used = sum((r in INTERRUPTION_REASONS) == interruption for r in end_reasons)
+    budget = policy.max_interruptions if interruption else policy.max_failures
+    kind = "interruption" if interruption else "failure"
+    summary = f"{kind} {used} of {budget} allowed"
+    if used > budget:
+        if interruption:
+            fail_reason = reasons.REASON_REACHED_MAX_INTERRUPTIONS
+        elif budget == 0:
+            fail_reason = last  # the run never had retries: its own reason says most
+        else:
+            fail_reason = reasons.REASON_REACHED_MAX_FAILURES
+        return Decision(False, AttemptReason.failure_retry, 0.0, fail_reason, summary)
+    delay = min(policy.backoff_seconds * 2 ** (used - 1), MAX_BACKOFF_SECONDS)
+    reason = _ATTEMPT_REASON_AFTER.get(last, AttemptReason.failure_retry)
+    return Decision(True, reason, delay, "", summary)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: str
+    """"retry", "fail" or "none" (nothing to recover: a duplicate, or the run moved on)."""
+    end_reason: str
+    detail: str
+
+
+def recovery_policy(run: Run) -> RecoveryPolicy:
+    manifest = parse_manifest(run.manifest)
+    if isinstance(manifest, TrainingRunManifest):
+        return manifest.spec.recovery
+    return RecoveryPolicy()  # rollouts and evals get the defaults
+
+
+def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
+    """Handle `attempt.ended`: decide for an Interrupted run. Idempotent: a run that is not
+    Interrupted, or whose latest attempt is another, is left alone."""
+    run = session.get(Run, run_id, with_for_update=True)
+    if run is None:
+        return Outcome("none", "", "run gone")
+    if Phase(run.phase) is not Phase.Interrupted:
+        return Outcome("none", "", f"run is {run.phase}; nothing to recover")
+    attempts = list(
+        session.scalars(select(Attempt).where(Attempt.run_id == run.id).order_by(Attempt.number))
+    )
+    if not attempts or attempts[-1].number != attempt or attempts[-1].end_reason is None:
+        return Outcome("none", "", "a later attempt exists")
+    decision = decide(recovery_policy(run), [a.end_reason or "" for a in attempts])
+    last = attempts[-1]
+    if not decision.retry:
+        move_run(
+            session,
+            run,
+            Phase.Failed,
+            decision.fail_reason,
+            f"attempt {last.number} ended with {last.end_reason} ({decision.summary}): "
+            f"{last.message or 'no message'}",
+        )
+        return Outcome("fail", last.end_reason or "", decision.fail_reason)
+    checkpoint = resume_checkpoint(session, run)
+    now = datetime.now(UTC)
+    run.next_attempt_reason = decision.attempt_reason.value
+    run.resume_checkpoint_id = checkpoint.id if checkpoint is not None else None
+    run.next_attempt_at = now + timedelta(seconds=decision.delay_seconds)
+    origin = f"checkpoint at step {checkpoint.step}" if checkpoint is not None else "scratch"
+    message = (
+        f"attempt {last.number} ended with {last.end_reason} ({decision.summary}); attempt "
+        f"{last.number + 1} resumes from {origin} in {decision.delay_seconds:g} s"
+    )
+    move_run(session, run, Phase.Recovering, last.end_reason or "", message)
+    record_event(
+        session,
+        run_id=run.id,
+        type="RecoveryScheduled",
+        reason=decision.attempt_reason.value,
+        message=message,
+        data={
+            "attempt": last.number + 1,
+            "resume_checkpoint_id": run.resume_checkpoint_id,
+            "delay_seconds": decision.delay_seconds,
+        },
+    )
+    return Outcome("retry", last.end_reason or "", message)
+
+
+def promote_due(session: Session, *, now: datetime | None = None) -> list[int]:
+    """Move Recovering runs whose backoff has passed to Scheduling, where the backend starts
+    their next attempt. Returns their ids."""
+    now = now or datetime.now(UTC)
+    due = list(
+        session.scalars(
+            select(Run)
+            .where(Run.phase == Phase.Recovering.value, Run.next_attempt_at <= now)
+            .with_for_update(skip_locked=True)
+        )
+    )
+    for run in due:
+        move_run(
+            session,
+            run,
+            Phase.Scheduling,
+            run.next_attempt_reason or "",
+            f"starting attempt {run.attempt_count + 1}",
+        )
+    return [run.id for run in due]
+
+
+def resume_checkpoint(session: Session, run: Run) -> Checkpoint | None:
+    """The run's latest checkpoint whose files are present and intact; a damaged one is
+    retired (soft-deleted, with an event) and the one before it is tried."""
+    candidates = session.scalars(
+        select(Checkpoint)
+        .where(Checkpoint.run_id == run.id, Checkpoint.deleted_at.is_(None))
+        .order_by(Checkpoint.step.desc())
+    )
+    for checkpoint in candidates:
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        checkpoint.deleted_at = datetime.now(UTC)
+        record_event(
+            session,
+            run_id=run.id,
+            type="CheckpointDamaged",
+            reason="DigestMismatch",
+            message=f"checkpoint at step {checkpoint.step} is not resumable: {problem}",
+            data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
+        )
+    return None
+
+
+def checkpoint_problem(checkpoint: Checkpoint) -> str | None:
+    """Why the checkpoint's files cannot be trusted, or None. Only `file://` checkpoints are
+    checked here; the SDK checks every checkpoint's digest before it loads one."""
+    path = storage.local_path(checkpoint.uri)
+    if path is None:
+        return None
+    if not path.exists():
+        return f"{path} is missing"
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    if size != checkpoint.size_bytes:
+        return f"{path} holds {size} bytes, {checkpoint.size_bytes} were registered"
+    if size <= FULL_VERIFY_MAX_BYTES:
+        actual = content_of(path).digest
+        if actual != checkpoint.digest:
+            return f"{path} has digest {actual}, {checkpoint.digest} was registered"
+    return None

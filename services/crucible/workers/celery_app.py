@@ -1,0 +1,106 @@
+"""`crucible worker`: the handlers and sweeps as Celery tasks over a Redis broker.
+
+The relay runs as a beat task every second; handlers are `acks_late` and rejected back to
+the queue when their worker process dies, and the relay republishes anything still unhandled
+after 30 s (a lost broker, a killed worker). The handlers' exactly-once mark makes all of
+that redelivery safe.
+"""
+
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+from celery import Celery
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from crucible.db.engine import build_engine, build_session_factory
+from crucible.domain.errors import CrucibleError
+from crucible.settings import Settings, load_settings
+from crucible.workers import handlers, relay, sweeps
+
+HANDLE_TASK = "crucible.handle_outbox_message"
+
+
+def create_celery(settings: Settings | None = None) -> Celery:
+    settings = settings or load_settings()
+    if not settings.broker_url:
+        raise CrucibleError(
+            "CRUCIBLE_BROKER_URL is not set; point it at Redis, e.g. redis://127.0.0.1:6379/0 "
+            "(`scripts/services env` prints it for the test services)"
+        )
+    app = Celery("crucible", broker=settings.broker_url, set_as_current=False)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue="crucible",
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        # Redis redelivers an unacknowledged task after this long (its worker vanished).
+        broker_transport_options={"visibility_timeout": 300},
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "relay-outbox": {"task": "crucible.relay_outbox", "schedule": 1.0},
+            "promote-recovering": {"task": "crucible.promote_recovering", "schedule": 1.0},
+            "expire-silent-attempts": {"task": "crucible.expire_silent_attempts", "schedule": 10.0},
+        },
+    )
+    _register_tasks(app, settings)
+    return app
+
+
+def _register_tasks(app: Celery, settings: Settings) -> None:
+    @cache
+    def factory() -> sessionmaker[Session]:
+        # Built lazily in each worker process: an engine must not cross a fork.
+        return build_session_factory(build_engine(settings))
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=HANDLE_TASK,
+        autoretry_for=(OperationalError,),
+        retry_backoff=True,
+        retry_backoff_max=60,
+        max_retries=None,
+    )
+    def handle_outbox_message(message_id: int) -> str:
+        return handlers.handle_message(factory(), message_id)
+
+    def publish(message_id: int, topic: str) -> None:
+        handle_outbox_message.apply_async(args=[message_id], headers={"topic": topic})
+
+    @app.task(name="crucible.relay_outbox")  # type: ignore[untyped-decorator]
+    def relay_outbox() -> int:
+        return relay.relay_once(factory(), publish, republish_after=timedelta(seconds=30))
+
+    @app.task(name="crucible.promote_recovering")  # type: ignore[untyped-decorator]
+    def promote_recovering() -> list[int]:
+        return sweeps.promote_recovering(factory())
+
+    @app.task(name="crucible.expire_silent_attempts")  # type: ignore[untyped-decorator]
+    def expire_silent_attempts() -> list[int]:
+        return sweeps.expire_silent_attempts(factory())
+
+
+def run_worker(
+    settings: Settings, *, concurrency: int, beat: bool, metrics_port: int | None
+) -> None:
+    """Start a worker in this process (with the beat scheduler embedded when `beat`)."""
+    app = create_celery(settings)
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from crucible.workers.metrics import REGISTRY
+
+        start_http_server(metrics_port, registry=REGISTRY)
+    options: dict[str, Any] = {
+        "concurrency": concurrency,
+        "pool": "threads",
+        "beat": beat,
+        "loglevel": "INFO",
+        "queues": ["crucible"],
+    }
+    if beat:
+        options["schedule_filename"] = str(settings.home / "celerybeat-schedule")
+        settings.home.mkdir(parents=True, exist_ok=True)
+    app.Worker(**options).start()

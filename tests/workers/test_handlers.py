@@ -1,0 +1,293 @@
+"""The workers' handlers against the real control plane (SQLite and Postgres): inputs that
+wait for their producers, recovery by budget, exactly one eval per checkpoint and suite,
+the heartbeat watchdog. Messages are delivered by the same functions both worker modes use."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+
+from crucible.db.engine import transaction
+from crucible.db.tables import Attempt, OutboxMessage, Run
+from crucible.workers.handlers import handle_message
+from crucible.workers.inprocess import InProcessWorkers
+from crucible.workers.relay import relay_once
+from crucible.workers.sweeps import expire_silent_attempts, promote_recovering
+from tests.api.test_checkpoints_datasets import (
+    API,
+    register_checkpoint,
+    register_dataset,
+    submit_kind,
+)
+from tests.conftest import make_project
+
+
+def drain(app: FastAPI) -> None:
+    """Handle every pending outbox message, as the in-process workers do."""
+    workers = InProcessWorkers(app.state.session_factory, watchdog_every_seconds=3600)
+    workers.tick()
+
+
+def run_of(admin: TestClient, run_id: int) -> dict[str, Any]:
+    response = admin.get(f"{API}/runs/{run_id}")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def report(admin: TestClient, run_id: int, phase: str, reason: str = "") -> None:
+    response = admin.post(f"{API}/runs/{run_id}/phase", json={"phase": phase, "reason": reason})
+    assert response.status_code == 200, response.text
+
+
+def start_attempt(admin: TestClient, run_id: int, **body: Any) -> int:
+    response = admin.post(f"{API}/runs/{run_id}/attempts", json=body)
+    assert response.status_code == 201, response.text
+    number: int = response.json()["number"]
+    return number
+
+
+def running(admin: TestClient, run_id: int) -> int:
+    """Take a Pending run to Running with a new attempt, like a backend does."""
+    phase = run_of(admin, run_id)["phase"]
+    if phase != "Scheduling":
+        report(admin, run_id, "Scheduling")
+    number = start_attempt(admin, run_id)
+    report(admin, run_id, "Running")
+    return number
+
+
+def end_badly(admin: TestClient, run_id: int, number: int, reason: str, code: int) -> None:
+    response = admin.post(
+        f"{API}/runs/{run_id}/attempts/{number}/end",
+        json={"end_reason": reason, "exit_code": code},
+    )
+    assert response.status_code == 200, response.text
+    report(admin, run_id, "Interrupted", reason)
+
+
+def resolve(admin: TestClient, run_id: int) -> dict[str, Any]:
+    response = admin.post(f"{API}/runs/{run_id}/inputs/resolve")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def test_a_run_waits_for_its_producer_then_pins_what_it_made(admin: TestClient) -> None:
+    make_project(admin)
+    consumer = submit_kind(
+        admin, "TrainingRun", "sft", inputs=[{"producedBy": "teacher"}, {"dataset": "extra@latest"}]
+    )
+    waiting = resolve(admin, consumer["id"])
+    assert waiting["ready"] is False and waiting["phase"] == "WaitingForInputs"
+    assert "run 'teacher' has not been submitted yet" in waiting["message"]
+    assert "dataset 'extra' has no version yet" in waiting["message"]
+
+    producer = submit_kind(admin, "RolloutJob", "teacher", output="sft-data")
+    running(admin, producer["id"])
+    register_dataset(admin, "extra", "e1")
+    assert "run 'teacher' is Running" in resolve(admin, consumer["id"])["message"]
+
+    register_dataset(admin, "sft-data", "d1", produced_by_run_id=producer["id"])
+    report(admin, producer["id"], "Succeeded")
+    ready = resolve(admin, consumer["id"])
+    assert ready["ready"] is True
+    assert ready["datasets"] == ["sft-data@1", "extra@1"]
+    # Pinned: a newer `extra` does not change what later attempts read.
+    register_dataset(admin, "extra", "e2")
+    assert resolve(admin, consumer["id"])["datasets"] == ["sft-data@1", "extra@1"]
+    assert run_of(admin, consumer["id"])["resolved_inputs"]["datasets"] == ["sft-data@1", "extra@1"]
+    labels = {i["label"] for i in admin.get(f"{API}/runs/{consumer['id']}/inputs").json()}
+    assert labels == {"sft-data@1", "extra@1"}
+
+
+def test_a_failed_producer_fails_its_consumers(admin: TestClient) -> None:
+    make_project(admin)
+    producer = submit_kind(admin, "TrainingRun", "sft")
+    consumer = submit_kind(
+        admin, "RolloutJob", "rollouts", policy={"checkpoint": {"run": "sft"}}, output="r"
+    )
+    assert resolve(admin, consumer["id"])["phase"] == "WaitingForInputs"
+    report(admin, producer["id"], "Failed", "ErrorExit")
+    failed = resolve(admin, consumer["id"])
+    assert failed["ready"] is False and failed["phase"] == "Failed"
+    run = run_of(admin, consumer["id"])
+    assert run["reason"] == "ProducerFailed"
+    assert "run 'sft' it depends on is Failed" in run["message"]
+
+
+def test_init_from_the_latest_checkpoint_links_lineage(admin: TestClient) -> None:
+    make_project(admin)
+    sft = submit_kind(admin, "TrainingRun", "sft")
+    running(admin, sft["id"])
+    register_checkpoint(admin, sft["id"], 100)
+    last = register_checkpoint(admin, sft["id"], 200)
+    report(admin, sft["id"], "Succeeded")
+    rl = submit_kind(admin, "TrainingRun", "rl", initFrom={"run": "sft", "checkpoint": "latest"})
+    assert resolve(admin, rl["id"])["checkpoint"] == last["id"]
+    graph = admin.get(f"{API}/lineage/run/{rl['id']}", params={"direction": "upstream"}).json()
+    assert {"type": "checkpoint", "id": last["id"]} in [e["source"] for e in graph["edges"]]
+
+
+# --- eval trigger -----------------------------------------------------------------------------
+
+
+def test_each_checkpoint_gets_one_eval_per_suite_exactly_once(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    run = submit_kind(
+        admin,
+        "TrainingRun",
+        "sft",
+        evals=[{"suite": "arithmetic", "config": {"eval": {"num_problems": 10}}}, {"suite": "A b"}],
+    )
+    running(admin, run["id"])
+    checkpoint = register_checkpoint(admin, run["id"], 100)
+    register_checkpoint(admin, run["id"], 100)  # the same checkpoint registered again
+    drain(app)
+    with app.state.session_factory() as session:
+        message_id = session.scalar(
+            select(OutboxMessage.id).where(OutboxMessage.topic == "checkpoint.registered")
+        )
+    assert handle_message(app.state.session_factory, message_id) == "already handled"
+    # Even a handler run twice (its mark lost) submits nothing new: the names are fixed.
+    with transaction(app.state.session_factory) as session:
+        session.execute(update(OutboxMessage).values(handled_at=None))
+    drain(app)
+
+    evals = admin.get(f"{API}/runs", params={"kind": "eval"}).json()["items"]
+    assert len(evals) == 2
+    by_suite = {e["manifest"]["spec"]["suite"]: e for e in evals}
+    assert set(by_suite) == {"arithmetic", "A b"}
+    spec = by_suite["arithmetic"]["manifest"]["spec"]
+    assert spec["checkpoint"] == {"id": checkpoint["id"], "checkpoint": "latest"}
+    assert spec["config"] == {"eval": {"num_problems": 10}}
+    assert by_suite["arithmetic"]["name"] == f"sft-c{checkpoint['id']}-arithmetic"
+    assert by_suite["arithmetic"]["tags"]["crucible.dev/evaluates-run"] == str(run["id"])
+    assert resolve(admin, by_suite["arithmetic"]["id"])["checkpoint"] == checkpoint["id"]
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+
+def test_preemption_resumes_from_the_latest_checkpoint_after_the_backoff(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    run = submit_kind(admin, "TrainingRun", "sft", recovery={"backoffSeconds": 30})
+    first = running(admin, run["id"])
+    register_checkpoint(admin, run["id"], 100)
+    latest = register_checkpoint(admin, run["id"], 200)
+    end_badly(admin, run["id"], first, "Preempted", 143)
+    drain(app)
+
+    recovering = run_of(admin, run["id"])
+    assert recovering["phase"] == "Recovering"
+    assert recovering["next_attempt_reason"] == "preemption"
+    assert recovering["resume_checkpoint_id"] == latest["id"]
+    assert "interruption 1 of 20 allowed" in recovering["message"]
+    assert promote_recovering(app.state.session_factory) == []  # the backoff is not over
+    with transaction(app.state.session_factory) as session:
+        session.execute(
+            update(Run).values(next_attempt_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    assert promote_recovering(app.state.session_factory) == [run["id"]]
+    assert run_of(admin, run["id"])["phase"] == "Scheduling"
+    drain(app)  # the attempt.ended message again: nothing more happens
+    assert run_of(admin, run["id"])["phase"] == "Scheduling"
+
+
+def test_interruptions_and_failures_are_counted_apart(admin: TestClient, app: FastAPI) -> None:
+    make_project(admin)
+    run = submit_kind(
+        admin,
+        "TrainingRun",
+        "sft",
+        recovery={"maxInterruptions": 2, "maxFailures": 1, "backoffSeconds": 0},
+    )
+    for reason, code in [("Preempted", 143), ("ErrorExit", 1), ("NodeLost", 137)]:
+        number = running(admin, run["id"])
+        end_badly(admin, run["id"], number, reason, code)
+        drain(app)
+        promote_recovering(app.state.session_factory)
+        assert run_of(admin, run["id"])["phase"] == "Scheduling", reason
+    number = running(admin, run["id"])
+    end_badly(admin, run["id"], number, "ErrorExit", 1)
+    drain(app)
+    failed = run_of(admin, run["id"])
+    assert (failed["phase"], failed["reason"]) == ("Failed", "ReachedMaxFailures")
+    assert "failure 2 of 1 allowed" in failed["message"]
+
+
+def test_over_the_interruption_budget_fails_with_its_reason(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    run = submit_kind(
+        admin, "TrainingRun", "sft", recovery={"maxInterruptions": 1, "backoffSeconds": 0}
+    )
+    for expected in ("Scheduling", "Failed"):
+        number = running(admin, run["id"])
+        end_badly(admin, run["id"], number, "Evicted", 137)
+        drain(app)
+        promote_recovering(app.state.session_factory)
+        assert run_of(admin, run["id"])["phase"] == expected
+    assert run_of(admin, run["id"])["reason"] == "ReachedMaxInterruptions"
+
+
+def test_a_silent_attempt_is_interrupted_and_recovered(admin: TestClient, app: FastAPI) -> None:
+    make_project(admin)
+    run = submit_kind(admin, "TrainingRun", "sft", recovery={"backoffSeconds": 0})
+    silent = submit_kind(admin, "TrainingRun", "no-sdk")
+    number = running(admin, run["id"])
+    running(admin, silent["id"])  # never sends a heartbeat: not judged
+    assert (
+        admin.post(f"{API}/runs/{run['id']}/heartbeat", json={"attempt": number}).status_code == 200
+    )
+    with transaction(app.state.session_factory) as session:
+        session.execute(
+            update(Attempt).values(heartbeat_at=datetime.now(UTC) - timedelta(minutes=5))
+        )
+        session.execute(
+            update(Attempt).where(Attempt.run_id == silent["id"]).values(heartbeat_at=None)
+        )
+    assert expire_silent_attempts(app.state.session_factory, 120) == [run["id"]]
+    attempt = admin.get(f"{API}/runs/{run['id']}/attempts").json()[0]
+    assert attempt["end_reason"] == "HeartbeatTimeout"
+    drain(app)
+    promote_recovering(app.state.session_factory)
+    recovered = run_of(admin, run["id"])
+    assert (recovered["phase"], recovered["next_attempt_reason"]) == ("Scheduling", "node-lost")
+    assert run_of(admin, silent["id"])["phase"] == "Running"
+
+
+def test_the_relay_keeps_what_the_broker_refused(admin: TestClient, app: FastAPI) -> None:
+    make_project(admin)
+    submit_kind(admin, "TrainingRun", "sft")
+    published: list[int] = []
+
+    def broker_down(message_id: int, topic: str) -> None:
+        raise ConnectionError("redis is restarting")
+
+    assert relay_once(app.state.session_factory, broker_down) == 0
+    with app.state.session_factory() as session:
+        row = session.scalars(select(OutboxMessage)).one()
+        assert row.sent_at is None and "redis is restarting" in row.last_error
+    assert relay_once(app.state.session_factory, lambda i, t: published.append(i)) == 1
+    assert relay_once(app.state.session_factory, lambda i, t: published.append(i)) == 0
+    # Published but never handled (a worker died with it): published again later.
+    assert (
+        relay_once(
+            app.state.session_factory,
+            lambda i, t: published.append(i),
+            republish_after=timedelta(0),
+        )
+        == 1
+    )
+    assert published == [row.id, row.id]
