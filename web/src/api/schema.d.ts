@@ -510,6 +510,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/inputs/resolve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resolve Inputs
+         * @description Resolve the run's input datasets and starting checkpoint and pin them (the backend
+         *     asks before the first attempt); a run whose inputs do not exist yet waits for them.
+         */
+        post: operations["resolveRunInputs"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/metrics": {
         parameters: {
             query?: never;
@@ -1248,6 +1269,30 @@ export interface components {
             replayed: boolean;
         };
         /**
+         * InputsResolution
+         * @description Whether a run's inputs exist, and the exact versions it will read.
+         */
+        InputsResolution: {
+            /**
+             * Checkpoint
+             * @description The checkpoint it starts from (initFrom, policy, or the one evaluated).
+             */
+            checkpoint: number | null;
+            /**
+             * Datasets
+             * @description `name@version` of each input dataset, in order.
+             */
+            datasets: string[];
+            /**
+             * Message
+             * @description What the run waits for, or why it failed.
+             */
+            message: string;
+            phase: components["schemas"]["Phase"];
+            /** Ready */
+            ready: boolean;
+        };
+        /**
          * LineageDirection
          * @enum {string}
          */
@@ -1781,11 +1826,30 @@ export interface components {
             message: string;
             /** Name */
             name: string;
+            /**
+             * Next Attempt At
+             * @description Set by recovery: the next attempt starts no earlier (the backoff).
+             */
+            next_attempt_at: string | null;
+            /** @description Set by recovery: why the next attempt starts. */
+            next_attempt_reason: components["schemas"]["AttemptReason"] | null;
             phase: components["schemas"]["Phase"];
             /** Project Id */
             project_id: number;
             /** Reason */
             reason: string;
+            /**
+             * Resolved Inputs
+             * @description Inputs pinned before the first attempt: dataset refs and a checkpoint id.
+             */
+            resolved_inputs: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Resume Checkpoint Id
+             * @description Set by recovery: the checkpoint the next attempt resumes from.
+             */
+            resume_checkpoint_id: number | null;
             /** Spec Digest */
             spec_digest: string;
             /** Started At */
@@ -3345,6 +3409,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunInputPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    resolveRunInputs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputsResolution"];
                 };
             };
             /** @description Validation Error */
