@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from crucible.db.engine import transaction
-from crucible.db.tables import Attempt, OutboxMessage, Run
+from crucible.db.tables import Attempt, Checkpoint, OutboxMessage, Run
 from crucible.workers.handlers import handle_message
 from crucible.workers.inprocess import InProcessWorkers
 from crucible.workers.relay import relay_once
@@ -291,3 +291,47 @@ def test_the_relay_keeps_what_the_broker_refused(admin: TestClient, app: FastAPI
         == 1
     )
     assert published == [row.id, row.id]
+
+
+# --- goodput ----------------------------------------------------------------------------------
+
+
+def test_goodput_counts_work_since_the_last_checkpoint_and_restart_gaps(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    run = submit_kind(admin, "TrainingRun", "sft", gpusPerNode=2, recovery={"backoffSeconds": 0})
+    first = running(admin, run["id"])
+    register_checkpoint(admin, run["id"], 100, attempt=first)
+    end_badly(admin, run["id"], first, "Preempted", 143)
+    drain(app)
+    promote_recovering(app.state.session_factory)
+    second = start_attempt(admin, run["id"], reason="preemption")
+    report(admin, run["id"], "Running")
+    admin.post(f"{API}/runs/{run['id']}/attempts/{second}/end", json={"end_reason": "Completed"})
+    report(admin, run["id"], "Succeeded", "Completed")
+    # Pin the clock: attempt 1 ran 0-100 s with its checkpoint at 70 s; attempt 2 ran 110-200 s.
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    at = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
+    with transaction(app.state.session_factory) as session:
+        for number, (start, end) in {1: (0, 100), 2: (110, 200)}.items():
+            session.execute(
+                update(Attempt)
+                .where(Attempt.run_id == run["id"], Attempt.number == number)
+                .values(started_at=at(start), ended_at=at(end))
+            )
+        session.execute(update(Checkpoint).values(created_at=at(70)))
+
+    body = admin.get(f"{API}/runs/{run['id']}/goodput").json()
+    assert [
+        (a["duration_s"], a["work_lost_s"], a["restart_overhead_s"]) for a in body["attempts"]
+    ] == [
+        (100.0, 30.0, 0.0),
+        (90.0, 0.0, 10.0),
+    ]
+    assert body["devices"] == 2
+    assert body["allocated_device_s"] == 2 * (100 + 90 + 10)
+    assert body["productive_device_s"] == 2 * (200 - 30 - 10)
+    assert body["goodput"] == 160 / 200
+    experiment = admin.get(f"{API}/experiments/{run['experiment_id']}/goodput").json()
+    assert (experiment["runs"], experiment["goodput"]) == (1, 160 / 200)

@@ -14,6 +14,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from crucible.schemas.common import Page
+from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.lineage import (
     CheckpointCreate,
     CheckpointPublic,
@@ -187,6 +188,12 @@ class CrucibleClient:
 
     def preempt_run(self, run_id: int) -> RunPublic:
         return self._post(f"/api/v1/runs/{run_id}/preempt", None, RunPublic)
+
+    def run_goodput(self, run_id: int) -> RunGoodput:
+        return self._get(f"/api/v1/runs/{run_id}/goodput", RunGoodput)
+
+    def experiment_goodput(self, experiment_id: int) -> ExperimentGoodput:
+        return self._get(f"/api/v1/experiments/{experiment_id}/goodput", ExperimentGoodput)
 
     def resolve_inputs(self, run_id: int) -> InputsResolution:
         return self._post(f"/api/v1/runs/{run_id}/inputs/resolve", None, InputsResolution)

@@ -205,6 +205,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/experiments/{experiment_id}/goodput": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Experiment Goodput */
+        get: operations["getExperimentGoodput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/lineage/{entity}/{entity_id}": {
         parameters: {
             query?: never;
@@ -469,6 +486,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/goodput": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Goodput
+         * @description Per attempt: duration, work lost since the last checkpoint, restart overhead; and the
+         *     run's goodput (productive over allocated device-seconds).
+         */
+        get: operations["getRunGoodput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/heartbeat": {
         parameters: {
             query?: never;
@@ -697,6 +735,30 @@ export interface components {
              * @default
              */
             message: string;
+        };
+        /** AttemptGoodput */
+        AttemptGoodput: {
+            /**
+             * Duration S
+             * @description Started to ended (or now, while running).
+             */
+            duration_s: number;
+            /** End Reason */
+            end_reason: string | null;
+            /** Number */
+            number: number;
+            /**
+             * Restart Overhead S
+             * @description From the previous attempt's end (interruption observed) to this start.
+             */
+            restart_overhead_s: number;
+            /** Start Reason */
+            start_reason: string;
+            /**
+             * Work Lost S
+             * @description For an attempt that ended badly: time since its last checkpoint (or its start), which the next attempt has to redo.
+             */
+            work_lost_s: number;
         };
         /** AttemptHeartbeat */
         AttemptHeartbeat: {
@@ -1209,6 +1271,35 @@ export interface components {
             tags?: {
                 [key: string]: string;
             };
+        };
+        /** ExperimentGoodput */
+        ExperimentGoodput: {
+            /**
+             * Allocated Device S
+             * @description Device-seconds held: attempt durations plus restart overheads, times the run's GPUs (1 for a CPU run).
+             */
+            allocated_device_s: number;
+            /** Experiment Id */
+            experiment_id: number;
+            /**
+             * Goodput
+             * @description Productive over allocated; None before any.
+             */
+            goodput: number | null;
+            /**
+             * Productive Device S
+             * @description Allocated, less work lost and overheads.
+             */
+            productive_device_s: number;
+            /** Restart Overhead Device S */
+            restart_overhead_device_s: number;
+            /**
+             * Runs
+             * @description Runs with at least one attempt.
+             */
+            runs: number;
+            /** Work Lost Device S */
+            work_lost_device_s: number;
         };
         /** ExperimentPublic */
         ExperimentPublic: {
@@ -1752,6 +1843,37 @@ export interface components {
             run_id: number;
             /** Type */
             type: string;
+        };
+        /** RunGoodput */
+        RunGoodput: {
+            /**
+             * Allocated Device S
+             * @description Device-seconds held: attempt durations plus restart overheads, times the run's GPUs (1 for a CPU run).
+             */
+            allocated_device_s: number;
+            /** Attempts */
+            attempts: components["schemas"]["AttemptGoodput"][];
+            /**
+             * Devices
+             * @description GPUs of the run, or 1 for a CPU run.
+             */
+            devices: number;
+            /**
+             * Goodput
+             * @description Productive over allocated; None before any.
+             */
+            goodput: number | null;
+            /**
+             * Productive Device S
+             * @description Allocated, less work lost and overheads.
+             */
+            productive_device_s: number;
+            /** Restart Overhead Device S */
+            restart_overhead_device_s: number;
+            /** Run Id */
+            run_id: number;
+            /** Work Lost Device S */
+            work_lost_device_s: number;
         };
         /**
          * RunInputCreate
@@ -2627,6 +2749,38 @@ export interface operations {
             };
         };
     };
+    getExperimentGoodput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentGoodput"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     getLineage: {
         parameters: {
             query?: {
@@ -3306,6 +3460,38 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getRunGoodput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunGoodput"];
+                };
             };
             /** @description Validation Error */
             422: {

@@ -7,9 +7,10 @@ from sse_starlette.sse import EventSourceResponse
 from crucible.api.deps import CurrentPrincipal, Uow
 from crucible.api.params import Limit, PathId, PathNumber, QueryId
 from crucible.api.streaming import event_stream
-from crucible.core import inputs, runs
+from crucible.core import goodput, inputs, runs
 from crucible.domain.enums import Phase, RunKind
 from crucible.schemas.common import Page
+from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.runs import (
     AttemptEnd,
     AttemptHeartbeat,
@@ -82,6 +83,28 @@ def preempt_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPub
     """Preempt a Running run like a node drain: SIGTERM, the workload checkpoints and exits."""
     with uow() as session:
         return runs.request_preemption(session=session, principal=principal, run_id=run_id)
+
+
+@router.get("/runs/{run_id}/goodput", operation_id="getRunGoodput")
+def run_goodput(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunGoodput:
+    """Per attempt: duration, work lost since the last checkpoint, restart overhead; and the
+    run's goodput (productive over allocated device-seconds)."""
+    with uow() as session:
+        return goodput.run_goodput(session=session, principal=principal, run_id=run_id)
+
+
+@router.get(
+    "/experiments/{experiment_id}/goodput",
+    operation_id="getExperimentGoodput",
+    tags=["experiments"],
+)
+def experiment_goodput(
+    experiment_id: PathId, uow: Uow, principal: CurrentPrincipal
+) -> ExperimentGoodput:
+    with uow() as session:
+        return goodput.experiment_goodput(
+            session=session, principal=principal, experiment_id=experiment_id
+        )
 
 
 @router.post("/runs/{run_id}/inputs/resolve", operation_id="resolveRunInputs")
