@@ -25,14 +25,16 @@ class LocalServer:
         return (self.home / "token").read_text().strip()
 
 
-def crucible(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def crucible(
+    env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the `crucible` CLI as a user would, in `env` (see LocalServer.env)."""
     return subprocess.run(
         [sys.executable, "-m", "crucible", *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
 

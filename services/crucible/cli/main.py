@@ -143,7 +143,7 @@ def demo(
         from crucible.demo.loop import FULL, QUICK, loop_manifests
 
         manifests = loop_manifests(name, QUICK if quick else FULL)
-        console.print(yaml.safe_dump_all(manifests, sort_keys=False), end="", highlight=False)
+        typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
         return
     with client() as api:
         _run_demo(api, size, project, name)

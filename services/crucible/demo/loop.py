@@ -19,39 +19,49 @@ class LoopSize:
     digits: int
     teacher_prompts: int
     sft_steps: int
+    sft_lr: float
     sft_checkpoint_every: int
     rollout_prompts: int
     samples_per_prompt: int
     rl_steps: int
     rl_checkpoint_every: int
     rl_lr: float
+    rl_kl: float
     eval_problems: int
 
 
+# Chosen by a sweep (2 seeds x 4 SFT settings x 8 RL settings, benchmarks/README.md): SFT at
+# lr 1e-3 is stable where 3e-3 is not; RL at lr 1e-4 for 128 steps with a small KL penalty
+# improved held-out accuracy in all 8 seed/SFT combinations, where lr 2e-4 without KL could
+# collapse a strong SFT model.
 FULL = LoopSize(
     model="small",
     digits=2,
     teacher_prompts=4000,
-    sft_steps=600,
-    sft_checkpoint_every=200,
-    rollout_prompts=256,
+    sft_steps=800,
+    sft_lr=1e-3,
+    sft_checkpoint_every=400,
+    rollout_prompts=1024,
     samples_per_prompt=8,
-    rl_steps=60,
-    rl_checkpoint_every=30,
-    rl_lr=3e-4,
-    eval_problems=300,
+    rl_steps=128,
+    rl_checkpoint_every=64,
+    rl_lr=1e-4,
+    rl_kl=0.05,
+    eval_problems=500,
 )
 QUICK = LoopSize(
     model="tiny",
     digits=1,
     teacher_prompts=400,
     sft_steps=150,
+    sft_lr=3e-3,
     sft_checkpoint_every=150,
     rollout_prompts=64,
     samples_per_prompt=8,
     rl_steps=30,
     rl_checkpoint_every=30,
-    rl_lr=3e-4,
+    rl_lr=1e-4,
+    rl_kl=0.05,
     eval_problems=100,
 )
 
@@ -104,6 +114,7 @@ def loop_manifests(experiment: str, size: LoopSize) -> list[dict[str, Any]]:
                     "train": {
                         "mode": "sft",
                         "steps": size.sft_steps,
+                        "lr": size.sft_lr,
                         "batch_size": 32,
                         "warmup_steps": 20,
                         "save_initial": True,
@@ -141,6 +152,7 @@ def loop_manifests(experiment: str, size: LoopSize) -> list[dict[str, Any]]:
                         "batch_size": 16,
                         "samples_per_prompt": size.samples_per_prompt,
                         "lr": size.rl_lr,
+                        "kl_coef": size.rl_kl,
                         "warmup_steps": 3,
                     },
                 },
