@@ -4,22 +4,27 @@ Run on the GPU machine (float32, the same math as the CPU demo):
 `python3 benchmarks/demo_rl_sweep.py`; writes rows to $OUT/sweep2.json.
 """
 
-import itertools, json, os, sys, time
+import itertools
+import json
+import os
+import sys
+import time
 
 sys.path.insert(0, "services")
 import torch
+
 from crucible.workloads.config import (
+    EvalConfig,
+    RolloutConfig,
     TaskConfig,
     TrainConfig,
-    RolloutConfig,
-    EvalConfig,
     model_preset,
 )
 from crucible.workloads.datagen import teach
+from crucible.workloads.evaluate import evaluate
+from crucible.workloads.rollout import rollout
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, exact_match_reward
 from crucible.workloads.train import Trainer
-from crucible.workloads.rollout import rollout
-from crucible.workloads.evaluate import evaluate
 
 dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 task = ArithmeticTask(TaskConfig(digits=2))
@@ -91,4 +96,5 @@ for seed, sft_lr, sft_steps, ndata in itertools.product((0, 1), (1e-3, 3e-3), (8
         )
         out.append(row)
         print(json.dumps(row), flush=True)
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "sweep2.json"), "w"), indent=1)
+with open(os.path.join(os.environ.get("OUT", "."), "sweep2.json"), "w") as f:
+    json.dump(out, f, indent=1)
