@@ -1,11 +1,13 @@
 """Training: exact resume, learning, RL on rollouts, gradient accumulation."""
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 
-from crucible.workloads.checkpoint import LocalCheckpointer
+from crucible.workloads.checkpoint import LocalCheckpointer, Stateful
 from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig, model_preset
 from crucible.workloads.data import read_jsonl
 from crucible.workloads.evaluate import evaluate
@@ -27,7 +29,7 @@ class PreemptedAfterSave(LocalCheckpointer):
         super().__init__(directory)
         self.preempt_at = step
 
-    def save(self, step: int, state: dict[str, Any]) -> None:
+    def save(self, step: int, state: Mapping[str, Stateful]) -> None:
         super().save(step, state)
         if step == self.preempt_at:
             raise Preempted
@@ -54,13 +56,61 @@ def test_resumed_run_has_bitwise_the_same_losses(tmp_path, one_digit_records) ->
         assert torch.equal(a, b)
 
 
+class Box:
+    """The smallest Stateful: one tensor."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"x": self.x}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.x = state_dict["x"]
+
+
 def test_checkpointer_ignores_a_partial_file(tmp_path) -> None:
     checkpointer = LocalCheckpointer(tmp_path)
-    assert checkpointer.load() is None
-    checkpointer.save(3, {"x": torch.ones(2)})
+    box = Box(torch.zeros(2))
+    assert checkpointer.load({"box": box}) is None
+    assert torch.equal(box.x, torch.zeros(2)), "nothing to resume leaves the state alone"
+    checkpointer.save(3, {"box": Box(torch.ones(2))})
     (tmp_path / "step_00000009.pt.partial").write_bytes(b"truncated")
-    step, state = checkpointer.load() or (None, None)
-    assert step == 3 and torch.equal(state["x"], torch.ones(2))
+    assert checkpointer.load({"box": box}) == 3
+    assert torch.equal(box.x, torch.ones(2))
+
+
+def test_saving_at_step_zero_changes_nothing(tmp_path, one_digit_records) -> None:
+    # Materialising a fresh AdamW's state for the step-0 checkpoint must not leak into
+    # training, and resuming from it must continue like a fresh start.
+    records = one_digit_records[:20]
+    config = TrainConfig(steps=3, batch_size=8, warmup_steps=1, seed=5)
+    expected = Trainer(config, TINY, records).train()
+    initial = replace(config, save_initial=True)
+    saved = Trainer(initial, TINY, records, checkpointer=LocalCheckpointer(tmp_path / "a"))
+    assert saved.train() == expected
+    assert sorted(p.name for p in (tmp_path / "a").iterdir())[0] == "step_00000000.pt"
+
+    stopping = Trainer(initial, TINY, records, checkpointer=LocalCheckpointer(tmp_path / "b"))
+    assert stopping.train(should_stop=lambda: True) == [] and stopping.stopped
+    resumed = Trainer(initial, TINY, records, checkpointer=LocalCheckpointer(tmp_path / "b"))
+    assert resumed.step == 0 and resumed.last_checkpoint_step == 0
+    assert resumed.train() == expected and not resumed.stopped
+
+
+def test_should_stop_checkpoints_the_current_step_once(tmp_path, one_digit_records) -> None:
+    records = one_digit_records[:20]
+    config = TrainConfig(steps=8, batch_size=8, warmup_steps=2, checkpoint_every=2, seed=3)
+    expected = Trainer(config, TINY, records).train()
+    for stop_at in (3, 4):  # between checkpoints, and right after one
+        directory = tmp_path / str(stop_at)
+        first = Trainer(config, TINY, records, checkpointer=LocalCheckpointer(directory))
+        losses = first.train(should_stop=lambda first=first: first.step == stop_at)
+        assert first.stopped and first.step == stop_at
+        saved = sorted(p.name for p in directory.iterdir())
+        assert saved[-1] == f"step_{stop_at:08d}.pt" and len(saved) == len(set(saved)) == 2
+        resumed = Trainer(config, TINY, records, checkpointer=LocalCheckpointer(directory))
+        assert losses + resumed.train() == expected
 
 
 def test_gradient_accumulation_matches_one_big_batch(one_digit_records) -> None:

@@ -16,28 +16,53 @@ import importlib
 import logging
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
-from torch.distributed.checkpoint.stateful import Stateful
-from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import CheckpointCreate, CheckpointPublic
 from crucible.sdk import distributed, storage
 from crucible.sdk.digest import Content, content_of, content_of_remote
 
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
+
 log = logging.getLogger(__name__)
+
+# torch.distributed.checkpoint takes seconds to import (it pulls in DTensor and sympy), so
+# it is imported on first use: a process that never saves or loads a checkpoint (a data
+# generation job, a script that only logs metrics) starts that much faster. The names stay
+# module attributes (PEP 562), so tests can still replace them.
+_LAZY: dict[str, tuple[str, str]] = {
+    "FileSystemReader": ("torch.distributed.checkpoint.filesystem", "FileSystemReader"),
+    "FileSystemWriter": ("torch.distributed.checkpoint.filesystem", "FileSystemWriter"),
+    "get_state_dict": ("torch.distributed.checkpoint.state_dict", "get_state_dict"),
+    "set_state_dict": ("torch.distributed.checkpoint.state_dict", "set_state_dict"),
+    "dcp_load": ("torch.distributed.checkpoint.state_dict_loader", "load"),
+    "dcp_save": ("torch.distributed.checkpoint.state_dict_saver", "save"),
+    "dcp_async_save": ("torch.distributed.checkpoint.state_dict_saver", "async_save"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def _dcp(name: str) -> Callable[..., Any]:
+    """The DCP function or class `name`: a replacement set on the module, else the real one."""
+    value = globals().get(name)
+    return value if value is not None else __getattr__(name)  # type: ignore[no-any-return]
 
 
 class CheckpointError(Exception):
@@ -97,7 +122,9 @@ class Checkpointer:
         writer = self._writer(temp_uri)
         state_dict = dict(state)
         if not async_save:
-            dcp_save(state_dict, storage_writer=writer, no_dist=not distributed.is_distributed())
+            _dcp("dcp_save")(
+                state_dict, storage_writer=writer, no_dist=not distributed.is_distributed()
+            )
             outcome = self._commit_on_rank0(step, temp_uri, final_uri, meta)
             return distributed.broadcast_from_rank0(outcome).unwrap()
 
@@ -105,7 +132,7 @@ class Checkpointer:
             # The writes finish in a background thread; their collectives get a group of their
             # own so they never interleave with the training loop's.
             self._async_group = dist.new_group(backend="gloo")
-        written = dcp_async_save(
+        written = _dcp("dcp_async_save")(
             state_dict,
             storage_writer=writer,
             process_group=self._async_group,
@@ -148,11 +175,13 @@ class Checkpointer:
                     fs.rm(root, recursive=True)
         distributed.barrier()
 
-    def _writer(self, uri: str) -> StorageWriter:
+    def _writer(self, uri: str) -> "StorageWriter":
         path = storage.local_path(uri)
+        writer: StorageWriter
         if path is not None:
-            return FileSystemWriter(path, sync_files=True)
-        writer: StorageWriter = _fsspec_storage().FsspecWriter(uri, sync_files=True)
+            writer = _dcp("FileSystemWriter")(path, sync_files=True)
+        else:
+            writer = _fsspec_storage().FsspecWriter(uri, sync_files=True)
         return writer
 
     def _commit_on_rank0(self, step: int, temp_uri: str, final_uri: str, meta: Any) -> _Outcome:
@@ -210,33 +239,52 @@ class Checkpointer:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def load(self, state: Mapping[str, Any], resume_from: str | None) -> int | None:
-        """Load the checkpoint `resume_from` names, else the run's latest, into `state`.
+    def load(
+        self,
+        state: Mapping[str, Any],
+        resume_from: str | None,
+        *,
+        checkpoint_id: int | None = None,
+    ) -> int | None:
+        """Load into `state` the checkpoint `checkpoint_id` (of any run), else the one
+        `resume_from` names, else the run's latest.
 
-        Returns its step, or None when there is nothing to resume from (a fresh start).
+        Returns its step, or None when there is nothing to resume from (a fresh start; never
+        with `checkpoint_id`, which must exist).
         """
         outcome = _Outcome(None)
         if distributed.rank() == 0:
             try:
-                checkpoint = self._find(resume_from)
+                if checkpoint_id is not None:
+                    checkpoint: CheckpointPublic | None = self._client.get_checkpoint(checkpoint_id)
+                else:
+                    checkpoint = self._find(resume_from)
                 if checkpoint is not None:
                     self._verify(checkpoint)
                 outcome = _Outcome(checkpoint)
             except CheckpointCorrupt as exc:
                 outcome = _Outcome(None, str(exc), corrupt=True)
             except Exception as exc:
-                outcome = _Outcome(None, f"cannot resume: {exc}")
+                what = "resume" if checkpoint_id is None else f"load checkpoint {checkpoint_id}"
+                outcome = _Outcome(None, f"cannot {what}: {exc}")
         checkpoint = distributed.broadcast_from_rank0(outcome).unwrap()
         if checkpoint is None:
             return None
         path = storage.local_path(checkpoint.uri)
         reader: StorageReader = (
-            FileSystemReader(path)
+            _dcp("FileSystemReader")(path)
             if path is not None
             else _fsspec_storage().FsspecReader(checkpoint.uri)
         )
-        dcp_load(dict(state), storage_reader=reader, no_dist=not distributed.is_distributed())
-        log.info("crucible: resumed from checkpoint %d at step %d", checkpoint.id, checkpoint.step)
+        _dcp("dcp_load")(
+            dict(state), storage_reader=reader, no_dist=not distributed.is_distributed()
+        )
+        log.info(
+            "crucible: loaded checkpoint %d (run %d, step %d)",
+            checkpoint.id,
+            checkpoint.run_id,
+            checkpoint.step,
+        )
         return checkpoint.step
 
     def _find(self, resume_from: str | None) -> CheckpointPublic | None:
@@ -298,8 +346,8 @@ def _filesystem(uri: str) -> tuple[Any, str]:
     return fs, str(root)
 
 
-class TrainState(Stateful):
-    """A model and its optimizer under fixed keys, as DCP wants them.
+class TrainState:
+    """A model and its optimizer under fixed keys, as DCP wants them (a DCP `Stateful`).
 
     Goes through `torch.distributed.checkpoint.state_dict`, which keys optimizer state by
     parameter name instead of index, so it loads into a rebuilt (or resharded) model.
@@ -310,11 +358,11 @@ class TrainState(Stateful):
         self.optimizer = optimizer
 
     def state_dict(self) -> dict[str, Any]:
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        model_state, optimizer_state = _dcp("get_state_dict")(self.model, self.optimizer)
         return {"model": model_state, "optimizer": optimizer_state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        set_state_dict(
+        _dcp("set_state_dict")(
             self.model,
             self.optimizer,
             model_state_dict=state_dict["model"],

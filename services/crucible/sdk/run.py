@@ -142,15 +142,25 @@ class Run:
         """Wait for an async save; its checkpoint on rank 0 (None on others or if none)."""
         return self._checkpointer.wait()
 
-    def load_checkpoint(self, state: Mapping[str, Any]) -> int | None:
+    def load_checkpoint(
+        self, state: Mapping[str, Any], *, checkpoint_id: int | None = None
+    ) -> int | None:
         """Load into `state` the checkpoint CRUCIBLE_RESUME_FROM names (an id, or the URI of
         one of this run's checkpoints), else this run's latest; on every rank.
+
+        With `checkpoint_id`, load that checkpoint instead, of any run (weights to start
+        from, a model to evaluate or sample from); it must exist. `state` may hold only part
+        of what the checkpoint has (e.g. the model's weights without the optimizer).
 
         The files are checked against the registered digest first; a mismatch raises
         `CheckpointCorrupt`. Returns the step loaded, or None when there is nothing to
         resume from.
         """
-        return self._checkpointer.load(state, self._resume_from)
+        return self._checkpointer.load(state, self._resume_from, checkpoint_id=checkpoint_id)
+
+    def get_checkpoint(self, checkpoint_id: int) -> CheckpointPublic:
+        """A registered checkpoint's record (step, URI, digest, `meta`), of any run."""
+        return self._client.get_checkpoint(checkpoint_id)
 
     def should_checkpoint(self) -> bool:
         """True once this process got SIGTERM: save now, then `finish(preempted=True)`.
@@ -201,6 +211,14 @@ class Run:
                 checkpoint_id=checkpoint_id, suite=suite, scores=dict(scores), eval_run_id=self.id
             )
         )
+
+    @property
+    def outputs_dir(self) -> Path:
+        """`$CRUCIBLE_HOME/runs/<run>/outputs`, created: where the run writes the files it
+        publishes."""
+        path = self._settings.home / "runs" / str(self.id) / "outputs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     @property
     def project(self) -> str:

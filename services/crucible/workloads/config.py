@@ -127,6 +127,10 @@ class TrainConfig:
     """Save a checkpoint every this many steps and at the last step; 0 saves only at
     the last step (when a checkpointer is given)."""
 
+    save_initial: bool = False
+    """Also checkpoint the freshly initialised model at step 0 (on a fresh start only), so
+    evals show where training started from."""
+
     samples_per_prompt: int = 8
     """RL: samples per prompt (K) in the rollout dataset; advantages are normalised
     within each group of K."""
@@ -181,3 +185,15 @@ class EvalConfig:
 
     seed: int = 1234
     """Which held-out problems are drawn."""
+
+
+@dataclass(frozen=True)
+class DatagenConfig:
+    """Teacher data generation: which problems the teacher answers."""
+
+    num_prompts: int = 2000
+    """Train-split problems to sample (or, with a prompts dataset, how many of its prompts
+    to answer at most)."""
+
+    seed: int = 0
+    """Which problems are drawn."""

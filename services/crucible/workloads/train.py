@@ -1,13 +1,16 @@
 """The training loop: SFT (masked next-token loss) and RL (GRPO-style policy gradient).
 
 `Trainer.__init__` does all setup; `train()` -> `train_step()` -> `forward_backward_step()`
-reads top to bottom. Everything that decides the next batch is in `state_dict()`, so a run
-resumed from a checkpoint at step k continues exactly as if it had never stopped.
+reads top to bottom. Everything that decides the next batch is in `checkpoint_state()` (one
+`TrainerState`), so a run resumed from a checkpoint at step k continues exactly as if it had
+never stopped. `python -m crucible.workloads.train` runs it as a job (`jobs/train.py`).
 """
 
 import contextlib
+import json
 import math
 import random
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -19,7 +22,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
-from crucible.workloads.checkpoint import Checkpointer
+from crucible.workloads.checkpoint import Checkpointer, Stateful
 from crucible.workloads.config import ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Example, Sampler, collate, encode_sft
 from crucible.workloads.model import GPT, build_model
@@ -27,6 +30,10 @@ from crucible.workloads.tokenizer import ByteTokenizer
 
 MetricsFn = Callable[[int, dict[str, float]], None]
 """Receives (step, metrics) after every step; the run SDK's `run.log` fits."""
+
+TRAINER_STATE_KEY = "trainer"
+"""The trainer's state in a checkpoint is `{TRAINER_STATE_KEY: TrainerState}`; DCP stores the
+weights under `trainer.model.<parameter>`, which `model_only()` loads on their own."""
 
 
 class Trainer:
@@ -68,15 +75,35 @@ class Trainer:
         self.optimizer = build_optimizer(config, self.raw_model, self.device)
         self.scheduler = build_lr_scheduler(config, self.optimizer)
         self.step = 0
+        """Optimizer steps done."""
+        self.last_checkpoint_step: int | None = None
+        """Step of the checkpoint saved or resumed from last (None: none yet)."""
+        self.stopped = False
+        """True when the last `train()` returned early because `should_stop` said so."""
         self.maybe_resume()
 
-    def train(self) -> list[float]:
-        """Run up to `config.steps`; returns the loss of every step run here."""
+    def train(self, *, should_stop: Callable[[], bool] | None = None) -> list[float]:
+        """Run up to `config.steps`; returns the loss of every step run here.
+
+        should_stop: asked before every step (on every rank: it may be a collective such as
+        the SDK's `run.should_checkpoint`). When it answers True the trainer checkpoints the
+        current step, unless that step is already saved, sets `stopped` and returns.
+        """
         losses: list[float] = []
+        self.stopped = False
         self.model.train()
+        if self.config.save_initial and self.step == 0 and self.last_checkpoint_step is None:
+            self.save_checkpoint()
         while self.step < self.config.steps:
+            if should_stop is not None and should_stop():
+                if self.last_checkpoint_step != self.step:
+                    self.save_checkpoint()
+                self.stopped = True
+                break
+            started = time.perf_counter()
             self.step += 1
             metrics = self.train_step()
+            metrics["tokens_per_s"] = metrics["tokens"] / max(time.perf_counter() - started, 1e-9)
             losses.append(metrics["loss"])
             if self.log is not None:
                 self.log(self.step, metrics)
@@ -110,6 +137,8 @@ class Trainer:
             "loss": loss_sum.item() / len(micro_batches),
             "grad_norm": float(grad_norm),
             "lr": lr,
+            # Positions trained on in the global batch (every rank knows all of it).
+            "tokens": float(sum(len(e.tokens) - 1 for e in self._examples(indices))),
         }
 
     def forward_backward_step(self, batch: Batch, *, scale: float) -> Tensor:
@@ -142,36 +171,30 @@ class Trainer:
             per_token = per_token + self.config.kl_coef * (log_ratio.exp() - log_ratio - 1)
         return masked_mean(per_token, batch.loss_mask)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.raw_model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "sampler": self.sampler.state_dict(),
-            "rng": rng_state(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.raw_model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.sampler.load_state_dict(state["sampler"])
-        load_rng_state(state["rng"])
+    def checkpoint_state(self) -> dict[str, Stateful]:
+        """What a `Checkpointer` saves and restores: everything that decides the rest of
+        the run."""
+        return {TRAINER_STATE_KEY: TrainerState(self)}
 
     def maybe_resume(self) -> None:
         if self.checkpointer is None:
             return
-        loaded = self.checkpointer.load()
+        loaded = self.checkpointer.load(self.checkpoint_state())
         if loaded is not None:
-            self.step, state = loaded
-            self.load_state_dict(state)
+            self.step = loaded
+            self.last_checkpoint_step = loaded
 
     def maybe_checkpoint(self) -> None:
-        if self.checkpointer is None:
-            return
         every = self.config.checkpoint_every
         if self.step == self.config.steps or (every > 0 and self.step % every == 0):
-            self.checkpointer.save(self.step, self.state_dict())
+            self.save_checkpoint()
+
+    def save_checkpoint(self) -> None:
+        """Checkpoint the current step (a no-op without a checkpointer)."""
+        if self.checkpointer is None:
+            return
+        self.checkpointer.save(self.step, self.checkpoint_state())
+        self.last_checkpoint_step = self.step
 
     def _examples(self, indices: Sequence[int]) -> list[Example]:
         return [example for i in indices for example in self.items[i]]
@@ -277,18 +300,18 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every RNG the trainer draws from, as plain JSON values."""
     numpy_state = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
         "python": random.getstate(),
-        # Plain lists so the checkpoint loads with weights_only=True.
         "numpy": {
             **numpy_state,
             "state": {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()},
         },
-        "torch": torch.get_rng_state(),
+        "torch": torch.get_rng_state().tolist(),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
@@ -297,9 +320,74 @@ def load_rng_state(state: dict[str, Any]) -> None:
     numpy_state = state["numpy"]
     key = np.array(numpy_state["state"]["key"], dtype=np.uint32)
     np.random.set_state({**numpy_state, "state": {**numpy_state["state"], "key": key}})
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
+
+
+class TrainerState:
+    """A trainer's whole state as one DCP `Stateful`.
+
+    Model and optimizer go through torch.distributed.checkpoint.state_dict (like the SDK's
+    `TrainState`), which keys optimizer state by parameter name and materialises it for a
+    fresh optimizer, so DCP has tensors to load into. The rest (LR schedule, sampler
+    position, every RNG, the step) is one JSON string: one entry in the checkpoint, and
+    exact, since JSON round-trips Python floats.
+    """
+
+    def __init__(self, trainer: "Trainer") -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        # Imported here: torch.distributed.checkpoint costs seconds to import, and only runs
+        # that checkpoint need it.
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        trainer = self.trainer
+        fresh = not trainer.optimizer.state
+        model_state, optimizer_state = get_state_dict(trainer.raw_model, trainer.optimizer)
+        if fresh:
+            # get_state_dict materialises a fresh optimizer's state with a zero-lr step;
+            # forget it again so that saving at step 0 changes nothing (AdamW's step count
+            # feeds its bias correction).
+            trainer.optimizer.state.clear()
+        progress = {
+            "step": trainer.step,
+            "optimizer_fresh": fresh,
+            "scheduler": trainer.scheduler.state_dict(),
+            "sampler": trainer.sampler.state_dict(),
+            "rng": rng_state(),
+        }
+        return {
+            "model": model_state,
+            "optimizer": optimizer_state,
+            "progress": json.dumps(progress),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        trainer = self.trainer
+        set_state_dict(
+            trainer.raw_model,
+            trainer.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optimizer"],
+        )
+        progress = json.loads(state_dict["progress"])
+        if progress["optimizer_fresh"]:
+            trainer.optimizer.state.clear()
+        trainer.scheduler.load_state_dict(progress["scheduler"])
+        trainer.sampler.load_state_dict(progress["sampler"])
+        load_rng_state(progress["rng"])
+        trainer.step = int(progress["step"])
+
+
+def model_only(model_state: dict[str, Tensor]) -> dict[str, Any]:
+    """The part of a trainer checkpoint that holds the weights, keyed as DCP stores them:
+    load it (e.g. `run.load_checkpoint(model_only(model.state_dict()), checkpoint_id=...)`)
+    to fill `model_state`'s tensors in place without the optimizer and the rest."""
+    return {TRAINER_STATE_KEY: {"model": model_state}}
 
 
 def _as_tuples(value: Any) -> Any:
@@ -361,3 +449,9 @@ def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
         return model
     device_ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids)
+
+
+if __name__ == "__main__":
+    from crucible.workloads.jobs.train import main
+
+    main()

@@ -1,0 +1,126 @@
+"""`python -m crucible.workloads.datagen`: a teacher answers problems; the answers are
+published as an SFT dataset (JSONL of {"prompt", "completion"}).
+
+The RolloutJob's `policy` picks the teacher: `{teacher: "arithmetic-solver"}` (always
+right), or a checkpoint (CRUCIBLE_INPUTS.checkpoint), whose model answers greedily
+(`rollout.ModelTeacher`), so a stronger model can teach a weaker one. The prompts are
+`config.datagen.num_prompts` train-split problems of the task, or, when the job has a
+prompts dataset, up to that many of its prompts.
+"""
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from crucible.workloads.config import TaskConfig
+from crucible.workloads.jobs.runtime import (
+    ConfigError,
+    JobEnv,
+    fit_new_tokens,
+    load_model,
+    output_path,
+    read_env,
+    read_records,
+    require_fields,
+    rollout_config,
+    run_job,
+    setup_torch,
+    write_atomically,
+)
+from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, Teacher
+
+if TYPE_CHECKING:
+    from crucible.workloads.model import GPT
+
+log = logging.getLogger("crucible.workloads.datagen")
+
+TEACHERS: dict[str, Callable[[], Teacher]] = {"arithmetic-solver": SolverTeacher}
+"""Built-in teachers by the name `spec.policy.teacher` gives."""
+
+SFT_SCHEMA = {
+    "format": "jsonl",
+    "fields": {"prompt": "string", "completion": "string"},
+}
+
+
+def main() -> None:
+    run_job("datagen", datagen)
+
+
+def output_name(env: JobEnv) -> str:
+    name = env.spec.get("output")
+    if not isinstance(name, str) or not name:
+        raise ConfigError("spec.output must name the dataset to publish (CRUCIBLE_SPEC has none)")
+    return name
+
+
+def datagen() -> None:
+    env = read_env()
+    name = output_name(env)
+    teacher_name = env.spec_object("policy").get("teacher")
+    if teacher_name is not None and teacher_name not in TEACHERS:
+        raise ConfigError(
+            f"spec.policy.teacher {teacher_name!r} is not a built-in teacher; known: "
+            f"{', '.join(TEACHERS)}"
+        )
+    if teacher_name is None and env.inputs.checkpoint is None:
+        raise ConfigError(
+            "spec.policy names no teacher and CRUCIBLE_INPUTS no checkpoint: nothing to "
+            f"answer with; use a teacher ({', '.join(TEACHERS)}) or a policy checkpoint"
+        )
+
+    import crucible
+    from crucible.workloads.data import write_jsonl
+    from crucible.workloads.rollout import ModelTeacher
+    from crucible.workloads.tokenizer import ByteTokenizer
+
+    torch_setup = setup_torch(distributed=False)
+    if torch_setup.rank != 0:
+        return  # one process does the work
+    run = crucible.init()
+    task_config: TaskConfig = env.config.task
+    model: GPT | None = None
+    if teacher_name is not None:
+        source = f"teacher {teacher_name}"
+    else:
+        assert env.inputs.checkpoint is not None
+        model, record = load_model(
+            run, env.inputs.checkpoint, device=torch_setup.device, fallback=env.config.model
+        )
+        task_config = env.config.task_over(
+            record.meta.get("task"), f"checkpoint {record.id} meta.task"
+        )
+        source = f"checkpoint {record.id}"
+
+    limit = env.config.datagen.num_prompts
+    if env.inputs.datasets:
+        records = read_records(run, env.inputs.datasets[:1])
+        require_fields(records, ("prompt",), "a prompts dataset has a prompt per record")
+        prompts = [str(r["prompt"]) for r in records[:limit]]
+    else:
+        task = ArithmeticTask(task_config)
+        problems = task.sample("train", limit, seed=env.config.datagen.seed)
+        prompts = [p.prompt for p in problems]
+
+    teacher: Teacher
+    if model is None:
+        teacher = TEACHERS[str(teacher_name)]()
+    else:
+        sampling = rollout_config(env)
+        teacher = ModelTeacher(
+            model,
+            ByteTokenizer(),
+            max_new_tokens=fit_new_tokens(sampling.max_new_tokens, model.config, prompts),
+            batch_size=sampling.batch_size,
+        )
+
+    completions = teacher.complete(prompts)
+    if len(completions) != len(prompts):
+        raise RuntimeError(f"the teacher answered {len(completions)} of {len(prompts)} prompts")
+    path = output_path(run, name)
+    answers = [{"prompt": p, "completion": c} for p, c in zip(prompts, completions, strict=True)]
+    count = write_atomically(path, lambda p: write_jsonl(p, answers))
+    version = run.publish_dataset(name, path, count, schema={**SFT_SCHEMA, "source": source})
+    log.info("published %s: %d records from %s (%s)", version.ref, count, source, version.digest)
+    run.log({"datagen/records": float(count)}, step=0)
+    run.finish()

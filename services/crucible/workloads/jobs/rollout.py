@@ -1,0 +1,155 @@
+"""`python -m crucible.workloads.rollout`: K scored samples per prompt from a policy
+checkpoint, published as a trajectories dataset for RL.
+
+The policy is CRUCIBLE_INPUTS.checkpoint (its model shape from the checkpoint's meta); the
+prompts are the "prompt" fields of the first input dataset (at most
+`config.rollout.num_prompts`), or train-split problems of the task when there is none; the
+reward is `spec.reward.name`; K is `spec.samplesPerPrompt`, sampling `spec.sampling`. A
+RolloutJob whose policy is a built-in teacher is data generation: it runs
+`crucible.workloads.datagen`.
+"""
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from statistics import fmean
+from typing import Any
+
+from crucible.workloads.jobs import datagen
+from crucible.workloads.jobs.runtime import (
+    ConfigError,
+    JobEnv,
+    fit_new_tokens,
+    load_model,
+    output_path,
+    read_env,
+    read_records,
+    require_fields,
+    rollout_config,
+    run_job,
+    setup_torch,
+    write_atomically,
+)
+from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
+
+log = logging.getLogger("crucible.workloads.rollout")
+
+RewardFn = Callable[[str, str], float]
+
+DEFAULT_NUM_PROMPTS = 256
+"""Problems sampled when the job has no prompts dataset and config.rollout.num_prompts is
+unset."""
+
+
+def _exact_match(options: Mapping[str, Any]) -> RewardFn:
+    if options:
+        raise ConfigError(
+            f"reward exact_match takes no options; spec.reward.options has {', '.join(options)}"
+        )
+    return exact_match_reward
+
+
+REWARDS: dict[str, Callable[[Mapping[str, Any]], RewardFn]] = {"exact_match": _exact_match}
+"""Reward name -> factory taking `spec.reward.options`."""
+
+TRAJECTORY_SCHEMA = {
+    "format": "jsonl",
+    "fields": {
+        "prompt": "string",
+        "completion": "string",
+        "completion_tokens": "list[int]",
+        "reward": "float",
+        "logprobs": "list[float]",
+        "logprob": "float",
+        "group": "int",
+    },
+}
+
+
+def main() -> None:
+    run_job("rollout", rollout_job)
+
+
+def reward_fn(env: JobEnv) -> tuple[str, RewardFn]:
+    reward = env.spec_object("reward")
+    name = reward.get("name")
+    if name is None:
+        raise ConfigError(
+            f"spec.reward is required to score the samples; known rewards: {', '.join(REWARDS)}"
+        )
+    if name not in REWARDS:
+        raise ConfigError(f"spec.reward.name {name!r} is unknown; known: {', '.join(REWARDS)}")
+    options = reward.get("options") or {}
+    if not isinstance(options, dict):
+        raise ConfigError("spec.reward.options must be an object")
+    return name, REWARDS[name](options)
+
+
+def rollout_job() -> None:
+    env = read_env()
+    if env.spec_object("policy").get("teacher") is not None:
+        datagen.datagen()
+        return
+    name = datagen.output_name(env)
+    reward_name, reward = reward_fn(env)
+    config = rollout_config(env)
+    checkpoint_id = env.inputs.checkpoint
+    if checkpoint_id is None:
+        raise ConfigError(
+            "spec.policy is a checkpoint but CRUCIBLE_INPUTS names none to sample from"
+        )
+
+    import crucible
+    from crucible.workloads.rollout import rollout, write_trajectories
+    from crucible.workloads.tokenizer import ByteTokenizer
+
+    torch_setup = setup_torch(distributed=False)
+    if torch_setup.rank != 0:
+        return  # one process does the work
+    run = crucible.init()
+    model, record = load_model(
+        run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
+    )
+    limit = env.config.rollout_num_prompts
+    if env.inputs.datasets:
+        records = read_records(run, env.inputs.datasets[:1])
+        require_fields(records, ("prompt",), "a prompts dataset has a prompt per record")
+        prompts = [str(r["prompt"]) for r in records]
+        prompts = prompts[:limit] if limit is not None else prompts
+    else:
+        task = ArithmeticTask(
+            env.config.task_over(record.meta.get("task"), f"checkpoint {record.id} meta.task")
+        )
+        problems = task.sample("train", limit or DEFAULT_NUM_PROMPTS, seed=config.seed)
+        prompts = [p.prompt for p in problems]
+    if not prompts:
+        raise ConfigError("the prompts dataset has no records")
+    config = replace(
+        config, max_new_tokens=fit_new_tokens(config.max_new_tokens, model.config, prompts)
+    )
+
+    trajectories = rollout(model, ByteTokenizer(), prompts, reward, config)
+    path = output_path(run, name)
+    count = write_atomically(path, lambda p: write_trajectories(p, trajectories))
+    rewards = [t.reward for t in trajectories]
+    schema = {
+        **TRAJECTORY_SCHEMA,
+        "samples_per_prompt": config.samples_per_prompt,
+        "reward": reward_name,
+        "policy_checkpoint": record.id,
+    }
+    version = run.publish_dataset(name, path, count, schema=schema)
+    mean_reward = fmean(rewards)
+    run.log(
+        {"rollout/mean_reward": mean_reward, "rollout/trajectories": float(count)},
+        step=record.step,
+    )
+    log.info(
+        "published %s: %d trajectories (%d prompts x %d), mean reward %.3f",
+        version.ref,
+        count,
+        len(prompts),
+        config.samples_per_prompt,
+        mean_reward,
+    )
+    run.finish()

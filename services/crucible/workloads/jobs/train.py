@@ -1,0 +1,149 @@
+"""`python -m crucible.workloads.train`: SFT or RL on the run's input datasets.
+
+Checkpoints go through the SDK (DCP, registered with the model and task config in `meta`)
+every `spec.checkpoints.everySteps` and at the end; an attempt resumes exactly from
+CRUCIBLE_RESUME_FROM or the run's latest checkpoint; SIGTERM saves the current step and
+exits 143.
+"""
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from crucible.workloads.config import ModelConfig, TaskConfig, TrainConfig
+from crucible.workloads.jobs.runtime import (
+    ConfigError,
+    JobEnv,
+    RunCheckpointer,
+    checkpoint_meta,
+    load_weights,
+    model_config_from_meta,
+    model_template,
+    read_env,
+    read_records,
+    require_fields,
+    run_job,
+    setup_torch,
+)
+
+log = logging.getLogger("crucible.workloads.train")
+
+
+def main() -> None:
+    run_job("train", train)
+
+
+def train_config(env: JobEnv) -> TrainConfig:
+    """config.train, with the spec's checkpoint interval winning over checkpoint_every."""
+    config = env.config.train
+    every = env.spec_object("checkpoints").get("everySteps")
+    if every is not None:
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ConfigError(f"spec.checkpoints.everySteps must be a positive integer: {every}")
+        config = replace(config, checkpoint_every=every)
+    return config
+
+
+def train() -> None:
+    env = read_env()
+    config = train_config(env)
+    if not env.inputs.datasets:
+        raise ConfigError(
+            "a training run needs input datasets (spec.inputs); CRUCIBLE_INPUTS names none"
+        )
+    if config.mode == "rl" and env.inputs.checkpoint is None:
+        raise ConfigError(
+            "config.train.mode is 'rl', which starts from a policy: give the SFT checkpoint "
+            "as spec.initFrom (CRUCIBLE_INPUTS.checkpoint is empty)"
+        )
+
+    import crucible
+    from crucible.workloads.train import Trainer
+
+    torch_setup = setup_torch()
+    run = crucible.init()
+    model_config, task_config = env.config.model, env.config.task
+    init_state = None
+    if env.inputs.checkpoint is not None:
+        record = run.get_checkpoint(env.inputs.checkpoint)
+        model_config, task_config = _configs_from(record.id, record.meta, env)
+        init_state = model_template(model_config)
+        load_weights(run, record, init_state)
+        if torch_setup.rank == 0:
+            log.info(
+                "initialised from checkpoint %d (run %d, step %d)",
+                record.id,
+                record.run_id,
+                record.step,
+            )
+
+    records = read_records(run, env.inputs.datasets)
+    if config.mode == "sft":
+        require_fields(records, ("prompt", "completion"), "SFT trains on prompt/completion records")
+    else:
+        require_fields(
+            records,
+            ("prompt", "completion_tokens", "reward", "logprobs"),
+            "RL trains on trajectories from crucible.workloads.rollout",
+        )
+        if "samples_per_prompt" not in env.config.given.get("train", {}):
+            config = replace(config, samples_per_prompt=_group_size(records))
+
+    meta = checkpoint_meta(model_config, task_config, config.mode)
+
+    def log_step(step: int, metrics: dict[str, float]) -> None:
+        run.log(metrics, step=step)
+        if torch_setup.rank == 0:
+            log.info(
+                "step %d/%d loss %.4f grad_norm %.3f lr %.2e tokens/s %.0f",
+                step,
+                config.steps,
+                metrics["loss"],
+                metrics["grad_norm"],
+                metrics["lr"],
+                metrics["tokens_per_s"],
+            )
+
+    trainer = Trainer(
+        config,
+        model_config,
+        records,
+        checkpointer=RunCheckpointer(run, meta),
+        init_model_state=init_state,
+        log=log_step,
+        device=torch_setup.device,
+    )
+    if trainer.step > 0 and torch_setup.rank == 0:
+        log.info("resumed at step %d of %d", trainer.step, config.steps)
+    trainer.train(should_stop=run.should_checkpoint)
+    if trainer.stopped:
+        if torch_setup.rank == 0:
+            log.info("stopped at step %d on SIGTERM, checkpoint saved", trainer.step)
+        run.finish(preempted=True)
+    run.finish()
+
+
+def _configs_from(
+    checkpoint_id: int, meta: dict[str, Any], env: JobEnv
+) -> tuple[ModelConfig, TaskConfig]:
+    """Model and task of a run initialised from a checkpoint: the checkpoint's shape unless
+    config.model gives one (which must then match), and its task under config.task."""
+    given = env.config.given
+    from_meta = model_config_from_meta(checkpoint_id, meta)
+    if from_meta is None:
+        model = env.config.model
+    elif "model" in given and env.config.model != from_meta:
+        raise ConfigError(
+            f"config.model ({env.config.model}) does not match the shape of checkpoint "
+            f"{checkpoint_id} ({from_meta}); leave config.model out to use the checkpoint's"
+        )
+    else:
+        model = from_meta
+    task = env.config.task_over(meta.get("task"), f"checkpoint {checkpoint_id} meta.task")
+    return model, task
+
+
+def _group_size(records: list[dict[str, Any]]) -> int:
+    """The K of a rollout dataset: the size of its groups (the trainer checks they agree)."""
+    key = records[0].get("group", records[0]["prompt"])
+    return sum(1 for r in records if r.get("group", r["prompt"]) == key)
