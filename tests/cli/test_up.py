@@ -3,6 +3,7 @@
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -91,3 +92,62 @@ def test_preempt_drains_the_run_and_streams_its_events(tmp_path: Path) -> None:
                     break
         assert seen[:4] == ["Submitted", "PhaseChanged", "AttemptStarted", "PhaseChanged"]
         assert "PreemptRequested" in seen
+
+
+RESUMABLE = """\
+kind: RolloutJob
+metadata: {name: resume-data}
+spec:
+  experiment: resume
+  policy: {teacher: arithmetic-solver}
+  output: resume-data
+  config: {task: {digits: 1}, datagen: {num_prompts: 200}}
+---
+kind: TrainingRun
+metadata: {name: resumable}
+spec:
+  experiment: resume
+  inputs: [{producedBy: resume-data}]
+  config:
+    model: {preset: tiny}
+    task: {digits: 1}
+    train: {steps: 1500, batch_size: 8, warmup_steps: 5}
+  checkpoints: {everySteps: 100000}
+  recovery: {backoffSeconds: 0}
+"""
+
+
+def test_a_preempted_training_run_resumes_from_its_sigterm_checkpoint(tmp_path: Path) -> None:
+    manifest = tmp_path / "resumable.yaml"
+    manifest.write_text(RESUMABLE)
+    with local_server(tmp_path, command="up") as server:
+        assert crucible(server.env, "submit", str(manifest)).returncode == 0
+        api = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=30
+        )
+        run = "/api/v1/runs/2"
+
+        def steps_logged() -> int:
+            keys = api.get(f"{run}/metrics/keys").json()["keys"]
+            return max((k["last_step"] for k in keys if k["key"] == "loss"), default=0)
+
+        wait_for(lambda: steps_logged() >= 50, seconds=120)
+        assert crucible(server.env, "runs", "preempt", "2").returncode == 0
+        wait_for(lambda: api.get(run).json()["phase"] == "Succeeded", seconds=240)
+
+        first, second = api.get(f"{run}/attempts").json()
+        assert (first["end_reason"], first["exit_code"]) == ("Preempted", 143)
+        assert (second["start_reason"], second["end_reason"]) == ("preemption", "Completed")
+        saved = api.get(f"/api/v1/checkpoints/{second['resumed_from_checkpoint_id']}").json()
+        assert saved["attempt_id"] == first["id"] and 50 <= saved["step"] < 1500
+        resumed_log = (server.home / "runs" / "2" / "attempt-2.log").read_text()
+        assert f"resumed at step {saved['step']} of 1500" in resumed_log
+        # The loss curve continues where the checkpoint left it: each step logged once.
+        series = api.get(f"{run}/metrics", params={"keys": "loss"}).json()["series"][0]
+        assert series["steps"] == list(range(1, 1501))
+        restarted = datetime.fromisoformat(second["started_at"]).timestamp()
+        by_step = dict(zip(series["steps"], series["times"], strict=True))
+        assert by_step[saved["step"]] < restarted <= by_step[saved["step"] + 1]
+        goodput = api.get(f"{run}/goodput").json()
+        assert goodput["attempts"][1]["restart_overhead_s"] > 0
+        assert 0 < goodput["goodput"] < 1
