@@ -203,12 +203,17 @@ def request_preemption(*, session: Session, principal: Principal, run_id: int) -
     run = load_run(session, principal, run_id, Role.editor)
     if Phase(run.phase) is not Phase.Running:
         raise Conflict(f"run {run.id} is {run.phase}; only a Running run can be preempted")
+    # Aimed at the attempt running now, so the next attempt does not take it for its own.
+    attempt = session.scalar(
+        select(Attempt.number).where(Attempt.run_id == run.id, Attempt.ended_at.is_(None))
+    )
     record_event(
         session,
         run_id=run.id,
         type=reasons.EVENT_PREEMPT_REQUESTED,
         reason=reasons.REASON_PREEMPTED,
-        message="preemption requested",
+        message=f"preemption of attempt {attempt} requested",
+        data={"attempt": attempt},
     )
     session.flush()
     return RunPublic.model_validate(run)

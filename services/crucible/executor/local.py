@@ -237,7 +237,10 @@ class LocalExecutor:
             events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
             if events:
                 active.seen_event_id = events[-1].id
-            if any(e.type == reasons.EVENT_PREEMPT_REQUESTED for e in events):
+            if any(
+                e.type == reasons.EVENT_PREEMPT_REQUESTED and e.data.get("attempt") == active.number
+                for e in events
+            ):
                 self._preempt(active)
 
     def _reap(self) -> None:
