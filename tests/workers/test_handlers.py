@@ -3,6 +3,7 @@ wait for their producers, recovery by budget, exactly one eval per checkpoint an
 the heartbeat watchdog. Messages are delivered by the same functions both worker modes use."""
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -14,9 +15,14 @@ from crucible.db.tables import Attempt, Checkpoint, OutboxMessage, Run
 from crucible.workers.handlers import handle_message
 from crucible.workers.inprocess import InProcessWorkers
 from crucible.workers.relay import relay_once
-from crucible.workers.sweeps import expire_silent_attempts, promote_recovering
+from crucible.workers.sweeps import (
+    expire_silent_attempts,
+    promote_recovering,
+    retire_checkpoints,
+)
 from tests.api.test_checkpoints_datasets import (
     API,
+    record_eval,
     register_checkpoint,
     register_dataset,
     submit_kind,
@@ -335,3 +341,50 @@ def test_goodput_counts_work_since_the_last_checkpoint_and_restart_gaps(
     assert body["goodput"] == 160 / 200
     experiment = admin.get(f"{API}/experiments/{run['experiment_id']}/goodput").json()
     assert (experiment["runs"], experiment["goodput"]) == (1, 160 / 200)
+
+
+# --- retention --------------------------------------------------------------------------------
+
+
+def test_retention_keeps_the_last_k_the_best_and_those_in_use(
+    admin: TestClient, app: FastAPI, tmp_path: Path
+) -> None:
+    make_project(admin)
+    run = submit_kind(
+        admin, "TrainingRun", "sft", checkpoints={"keepLast": 2, "best": "max:accuracy"}
+    )
+    running(admin, run["id"])
+    checkpoints = {}
+    for step in range(100, 800, 100):
+        folder = tmp_path / f"step-{step}"
+        folder.mkdir()
+        (folder / "weights").write_bytes(b"w" * step)
+        checkpoints[step] = register_checkpoint(
+            admin, run["id"], step, uri=folder.as_uri(), size_bytes=step
+        )
+    record_eval(admin, checkpoints[100]["id"], {"accuracy": 0.9})
+    record_eval(admin, checkpoints[600]["id"], {"accuracy": 0.5})
+    reader = submit_kind(admin, "TrainingRun", "rl", initFrom={"id": checkpoints[200]["id"]})
+    resolve(admin, reader["id"])
+    pending = submit_kind(admin, "EvalJob", "ev-300", checkpoint={"id": checkpoints[300]["id"]})
+    with transaction(app.state.session_factory) as session:
+        session.get_one(Run, pending["id"]).tags = {
+            "crucible.dev/checkpoint": str(checkpoints[300]["id"])
+        }
+
+    # Not before their checkpoint.registered messages are handled (evals not yet triggered).
+    assert retire_checkpoints(app.state.session_factory) == 0
+    drain(app)  # the in-process workers also run retention, which retires two now
+    live = {
+        c["step"]
+        for c in admin.get(f"{API}/runs/{run['id']}/checkpoints").json()["items"]
+        if c["deleted_at"] is None
+    }
+    assert live == {100, 200, 300, 600, 700}
+    assert not (tmp_path / "step-400").exists() and not (tmp_path / "step-500").exists()
+    assert (tmp_path / "step-300").exists()
+
+    report(admin, pending["id"], "Failed", "ErrorExit")  # its eval is over
+    assert retire_checkpoints(app.state.session_factory) == 1
+    assert not (tmp_path / "step-300").exists()
+    assert retire_checkpoints(app.state.session_factory) == 0

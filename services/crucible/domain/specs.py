@@ -89,6 +89,14 @@ class CheckpointPolicy(SpecModel):
     keep_last: Annotated[
         int, Field(ge=1, description="Keep the last K (the best and in-use ones are kept too).")
     ] = 3
+    best: Annotated[
+        str | None,
+        Field(
+            pattern=r"^(max|min):[A-Za-z0-9_./-]+$",
+            description="Eval score that ranks checkpoints, e.g. `max:accuracy`; retention "
+            "never deletes the best one.",
+        ),
+    ] = None
     storage: Annotated[
         str | None,
         Field(description="Storage URI prefix (`file://`, `s3://`, ...). Default: run dir."),

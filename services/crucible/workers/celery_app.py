@@ -44,6 +44,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
             "relay-outbox": {"task": "crucible.relay_outbox", "schedule": 1.0},
             "promote-recovering": {"task": "crucible.promote_recovering", "schedule": 1.0},
             "expire-silent-attempts": {"task": "crucible.expire_silent_attempts", "schedule": 10.0},
+            "retire-checkpoints": {"task": "crucible.retire_checkpoints", "schedule": 30.0},
         },
     )
     _register_tasks(app, settings)
@@ -80,6 +81,10 @@ def _register_tasks(app: Celery, settings: Settings) -> None:
     @app.task(name="crucible.expire_silent_attempts")  # type: ignore[untyped-decorator]
     def expire_silent_attempts() -> list[int]:
         return sweeps.expire_silent_attempts(factory())
+
+    @app.task(name="crucible.retire_checkpoints")  # type: ignore[untyped-decorator]
+    def retire_checkpoints() -> int:
+        return sweeps.retire_checkpoints(factory())
 
 
 def run_worker(

@@ -18,6 +18,7 @@ from crucible.workers.sweeps import (
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     expire_silent_attempts,
     promote_recovering,
+    retire_checkpoints,
 )
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class InProcessWorkers:
         if now >= self._next_watchdog:
             self._next_watchdog = now + self._watchdog_every
             expire_silent_attempts(self._factory, self._heartbeat_timeout)
+            retire_checkpoints(self._factory)
 
     def _handle(self, message_id: int) -> None:
         failures, not_before = self._failing.get(message_id, (0, 0.0))

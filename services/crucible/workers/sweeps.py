@@ -1,10 +1,13 @@
-"""The periodic work: start the next attempt of runs whose backoff is over, and treat
-attempts that stopped sending heartbeats as hung."""
+"""The periodic work: start the next attempt of runs whose backoff is over, treat attempts
+that stopped sending heartbeats as hung, and apply checkpoint retention."""
+
+import shutil
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from crucible.core import recovery, watchdog
+from crucible.core import recovery, retention, watchdog
 from crucible.db.engine import transaction
+from crucible.sdk import storage
 
 DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 120.0
 """Four missed SDK heartbeats (sent every 15 s) and some slack for a busy API."""
@@ -20,3 +23,17 @@ def expire_silent_attempts(
 ) -> list[int]:
     with transaction(factory) as session:
         return watchdog.expire_silent_attempts(session, timeout_seconds=timeout_seconds)
+
+
+def retire_checkpoints(factory: sessionmaker[Session]) -> int:
+    """Apply checkpoint retention; files of `file://` checkpoints go after the commit."""
+    with transaction(factory) as session:
+        retired = retention.retire_checkpoints(session)
+    for checkpoint in retired:
+        path = storage.local_path(checkpoint.uri)
+        if path is not None and path.exists():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    return len(retired)

@@ -1,0 +1,130 @@
+"""Checkpoint retention: keep a run's last K checkpoints, and never delete the best one (by
+the policy's `best` score), one whose evals are still pending, or one another run reads
+(initialised from, evaluated, resumed from).
+
+Deletion is soft first: `deleted_at` commits, then the files go. A crash between the two
+leaves files nobody points at (garbage), never a pointer to files that are gone.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from crucible.core.eval_trigger import CHECKPOINT_TAG
+from crucible.core.events import record_event
+from crucible.core.runs import parse_manifest
+from crucible.db.tables import Checkpoint, EvalResult, OutboxMessage, Run, RunInput
+from crucible.domain.enums import Phase, RunKind
+from crucible.domain.specs import TrainingRunManifest
+
+
+@dataclass(frozen=True)
+class Retired:
+    checkpoint_id: int
+    uri: str
+
+
+def retire_checkpoints(session: Session) -> list[Retired]:
+    """Soft-delete every checkpoint the policies no longer keep; returns them, so the caller
+    can remove their files once this transaction has committed."""
+    candidates = session.execute(
+        select(Checkpoint.run_id, func.count())
+        .where(Checkpoint.deleted_at.is_(None))
+        .group_by(Checkpoint.run_id)
+        .having(func.count() > 1)
+    ).all()
+    retired: list[Retired] = []
+    for run_id, _ in candidates:
+        retired.extend(_retire_for_run(session, session.get_one(Run, run_id)))
+    return retired
+
+
+def _retire_for_run(session: Session, run: Run) -> list[Retired]:
+    manifest = parse_manifest(run.manifest)
+    if not isinstance(manifest, TrainingRunManifest):
+        return []
+    policy = manifest.spec.checkpoints
+    live = list(
+        session.scalars(
+            select(Checkpoint)
+            .where(Checkpoint.run_id == run.id, Checkpoint.deleted_at.is_(None))
+            .order_by(Checkpoint.step.desc())
+        )
+    )
+    keep = {c.id for c in live[: policy.keep_last]}
+    if policy.best is not None:
+        best = _best(session, run.id, policy.best)
+        if best is not None:
+            keep.add(best)
+    if run.resume_checkpoint_id is not None:
+        keep.add(run.resume_checkpoint_id)
+    doomed = [c for c in live if c.id not in keep]
+    if not doomed:
+        return []
+    in_use = _in_use(session, [c.id for c in doomed])
+    now = datetime.now(UTC)
+    retired = []
+    for checkpoint in doomed:
+        if checkpoint.id in in_use:
+            continue
+        checkpoint.deleted_at = now
+        record_event(
+            session,
+            run_id=run.id,
+            type="CheckpointRetired",
+            reason="Retention",
+            message=f"checkpoint at step {checkpoint.step} deleted (keepLast {policy.keep_last})",
+            data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
+        )
+        retired.append(Retired(checkpoint.id, checkpoint.uri))
+    return retired
+
+
+def _best(session: Session, run_id: int, ranking: str) -> int | None:
+    mode, _, metric = ranking.partition(":")
+    score = EvalResult.scores[metric].as_float()
+    order = score.desc() if mode == "max" else score.asc()
+    return session.scalar(
+        select(Checkpoint.id)
+        .join(EvalResult, EvalResult.checkpoint_id == Checkpoint.id)
+        .where(Checkpoint.run_id == run_id, Checkpoint.deleted_at.is_(None), score.is_not(None))
+        .order_by(order, Checkpoint.step.desc())
+        .limit(1)
+    )
+
+
+def _in_use(session: Session, checkpoint_ids: list[int]) -> set[int]:
+    """Of these checkpoints, those with evals not yet triggered or not finished, or that
+    another run reads."""
+    # A run that started from it (initFrom, a rollout policy) keeps it for good, so the run
+    # can be reproduced; a finished eval does not.
+    readers = session.scalars(
+        select(RunInput.checkpoint_id)
+        .join(Run, Run.id == RunInput.run_id)
+        .where(
+            RunInput.checkpoint_id.in_(checkpoint_ids),
+            (Run.kind != RunKind.eval.value)
+            | Run.phase.not_in([p.value for p in Phase if p.is_terminal]),
+        )
+    )
+    used: set[int] = {c for c in readers if c is not None}
+    resuming = session.scalars(
+        select(Run.resume_checkpoint_id).where(Run.resume_checkpoint_id.in_(checkpoint_ids))
+    )
+    used |= {c for c in resuming if c is not None}
+    untriggered = session.scalars(
+        select(OutboxMessage.payload["checkpoint_id"].as_integer()).where(
+            OutboxMessage.topic == "checkpoint.registered", OutboxMessage.handled_at.is_(None)
+        )
+    )
+    used |= {c for c in untriggered if c in checkpoint_ids}
+    evaluating = session.scalars(
+        select(Run.tags[CHECKPOINT_TAG].as_string()).where(
+            Run.kind == RunKind.eval.value,
+            Run.phase.not_in([p.value for p in Phase if p.is_terminal]),
+        )
+    )
+    used |= {int(c) for c in evaluating if c is not None and int(c) in checkpoint_ids}
+    return used
