@@ -892,6 +892,11 @@ export interface components {
          */
         CheckpointPolicy: {
             /**
+             * Best
+             * @description Eval score that ranks checkpoints, e.g. `max:accuracy`; retention never deletes the best one.
+             */
+            best?: string | null;
+            /**
              * Everysteps
              * @description Save every N optimizer steps.
              * @default 100
