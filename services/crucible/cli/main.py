@@ -95,12 +95,17 @@ def up(
     if demo is not DemoSize.none:
 
         def on_ready(api_url: str) -> None:
-            _run_demo(
-                CrucibleClient.from_settings(settings.model_copy(update={"api_url": api_url})),
-                demo,
-                DEFAULT_PROJECT,
-                "demo" if demo is DemoSize.full else "demo-quick",
-            )
+            try:
+                _run_demo(
+                    CrucibleClient.from_settings(settings.model_copy(update={"api_url": api_url})),
+                    demo,
+                    DEFAULT_PROJECT,
+                    "demo" if demo is DemoSize.full else "demo-quick",
+                )
+            except (ApiError, CrucibleError) as exc:  # the server keeps serving regardless
+                errors.print(f"[red]demo:[/red] {escape(str(exc))}", highlight=False)
+            else:
+                console.print("demo done; Crucible keeps serving (Ctrl-C to stop)")
 
     serve_up(settings, host=host, port=port, on_ready=on_ready)
 

@@ -16,9 +16,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from crucible.client import CrucibleClient
+from crucible.client import ApiError, CrucibleClient
 from crucible.demo.loop import LoopSize, loop_manifests, run_names
 from crucible.domain.enums import Phase, RunKind
+from crucible.domain.errors import CrucibleError
 from crucible.schemas.lineage import EvalResultPublic
 from crucible.schemas.runs import RunPublic, RunSubmit
 
@@ -42,14 +43,7 @@ def run_demo(
     console: Console,
     timeout_seconds: float = 3600,
 ) -> DemoOutcome:
-    submitted = {}
-    for stage, manifest in zip(
-        run_names(experiment), loop_manifests(experiment, size), strict=True
-    ):
-        run = client.submit_run(
-            RunSubmit.model_validate({"project": project, "manifest": manifest})
-        )
-        submitted[stage] = run
+    experiment, submitted = _submit(client, project, experiment, size)
     console.print(
         f"demo loop submitted to experiment [bold]{experiment}[/bold] "
         f"(runs {', '.join(str(r.id) for r in submitted.values())}); following it"
@@ -58,6 +52,28 @@ def run_demo(
     accuracy = _print_summary(client, runs, console)
     succeeded = all(r.phase == Phase.Succeeded for r in runs.values())
     return DemoOutcome(succeeded, runs, accuracy)
+
+
+def _submit(
+    client: CrucibleClient, project: str, experiment: str, size: LoopSize
+) -> tuple[str, dict[str, RunPublic]]:
+    """Submit the loop under `experiment`, or `experiment-2`, `-3`... when runs of those names
+    already exist with other specs (a demo of an older version). The same specs again return
+    the runs already there, so a finished demo is shown again rather than rerun."""
+    for attempt in range(1, 100):
+        name = experiment if attempt == 1 else f"{experiment}-{attempt}"
+        submitted = {}
+        try:
+            for stage, manifest in zip(run_names(name), loop_manifests(name, size), strict=True):
+                submitted[stage] = client.submit_run(
+                    RunSubmit.model_validate({"project": project, "manifest": manifest})
+                )
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            continue
+        return name, submitted
+    raise CrucibleError(f"experiments {experiment} to {experiment}-99 are all taken")
 
 
 def _follow(
