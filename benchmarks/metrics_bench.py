@@ -8,8 +8,9 @@ CRUCIBLE_DATABASE_URL, upgraded to head first, then measures:
 - history: a 100,000-point series read whole, and a 1,000,000-point series downsampled to
   2,000 points (median of repeats, ms, as a client sees it).
 
-Writes benchmarks/results/metrics.json and prints a summary. The data it writes lives in a
-project of its own, deleted at the end unless --keep.
+Writes benchmarks/results/metrics.json and prints a summary; the results it replaces are kept
+in it under "previous", for comparison. The data it writes lives in a project of its own,
+deleted at the end unless --keep.
 
     eval "$(scripts/services up)"
     .venv/bin/python benchmarks/metrics_bench.py
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +48,7 @@ TARGETS = {
     "history_full_100k_ms": 100,
     "history_downsampled_1m_to_2000_ms": 50,
 }
+READY_TIMEOUT_S = 300
 PACKAGES = ("fastapi", "starlette", "uvicorn", "pydantic", "sqlalchemy", "psycopg", "orjson")
 
 
@@ -64,6 +67,7 @@ class Config:
     idempotency_keys: bool
     keep: bool
     output: Path
+    previous: Path | None
 
 
 def parse_args() -> Config:
@@ -94,6 +98,11 @@ def parse_args() -> Config:
     )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark's project")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        help="results to keep under 'previous' for comparison (default: what --output holds)",
+    )
     args = parser.parse_args()
     if not args.database_url or not args.database_url.startswith("postgresql"):
         parser.error(
@@ -114,6 +123,7 @@ def parse_args() -> Config:
         idempotency_keys=not args.no_idempotency_keys,
         keep=args.keep,
         output=args.output,
+        previous=args.previous,
     )
 
 
@@ -150,10 +160,16 @@ class Server:
             "--no-access-log",
         ]
         self.process = subprocess.Popen(command, env=env, start_new_session=True)
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
+        # Generous: each worker imports the whole server (torch included, through the SDK),
+        # which on two busy cores takes a while.
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"uvicorn exited with {self.process.returncode}")
@@ -163,7 +179,7 @@ class Server:
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("the API did not become ready within 60 s")
+        raise RuntimeError(f"the API did not become ready within {READY_TIMEOUT_S} s")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -403,7 +419,61 @@ def measure_history(config: Config, server: Server, token: str, run_id: int) -> 
 
 def vacuum(engine: Engine) -> None:
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.execute(text("VACUUM (ANALYZE) metric_points, metric_series"))
+        connection.execute(text("VACUUM (ANALYZE) metric_points, metric_rollups, metric_series"))
+
+
+def delete_project(engine: Engine, name: str) -> None:
+    """The project, its runs and series by cascade, and (no foreign key cascades to them)
+    the series' points and rollups, as crucible.core.projects.delete_project does."""
+    series = (
+        "SELECT s.id FROM metric_series AS s JOIN runs AS r ON r.id = s.run_id "
+        "JOIN projects AS p ON p.id = r.project_id WHERE p.name = :name"
+    )
+    with engine.begin() as connection:
+        for table in ("metric_points", "metric_rollups"):
+            connection.execute(
+                text(f"DELETE FROM {table} WHERE series_id IN ({series})"), {"name": name}
+            )
+        connection.execute(text("DELETE FROM projects WHERE name = :name"), {"name": name})
+
+
+class LoadSampler:
+    """The 1-minute load average every few seconds while the benchmark runs: the machine is
+    shared, and the load says how much of it the numbers had."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.samples: list[float] = []
+        self._every = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self._every):
+                return
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        return {
+            "every_s": self._every,
+            "samples": len(self.samples),
+            "min": round(min(self.samples), 2),
+            "mean": round(statistics.fmean(self.samples), 2),
+            "max": round(max(self.samples), 2),
+        }
+
+
+def previous_results(path: Path | None) -> dict[str, Any] | None:
+    """The results this run replaces: date, machine load, config and results."""
+    if path is None or not path.exists():
+        return None
+    document: dict[str, Any] = orjson.loads(path.read_bytes())
+    return {
+        key: document[key] for key in ("date", "machine", "config", "results") if key in document
+    }
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -428,27 +498,42 @@ def machine(database_url: str) -> dict[str, Any]:
 
 def summary(document: dict[str, Any]) -> str:
     results, config = document["results"], document["config"]
+    before = document.get("previous", {}).get("results", {"ingest": [], "history": []})
     lines = [f"ingestion (points/s, {config['clients']} clients):"]
     for row in results["ingest"]:
         verdict = "meets" if row["points_per_s"] >= TARGETS["ingest_points_per_s"] else "misses"
+        was = [
+            f"was {old['points_per_s']:,}"
+            for old in before["ingest"]
+            if (old["workers"], old["batch_size"]) == (row["workers"], row["batch_size"])
+        ]
         lines.append(
             f"  workers={row['workers']} batch={row['batch_size']:>6}: "
             f"{row['points_per_s']:>9,} points/s  (p50 request {row['request_ms']['p50']} ms, "
             f"load {row['load_avg_1m']['before']}) {verdict} the 200,000 target"
+            + "".join(f"; {w}" for w in was)
         )
     lines.append("history reads (median ms):")
     for row in results["history"]:
         full, down = row["full_100k_ms"]["median"], row["downsampled_1m_to_2000_ms"]["median"]
+        was = [
+            f"; was {old['full_100k_ms']['median']} and "
+            f"{old['downsampled_1m_to_2000_ms']['median']} ms"
+            for old in before["history"]
+            if old["workers"] == row["workers"]
+        ]
         lines.append(
             f"  workers={row['workers']}: 100k full {full} ms (target < 100), "
-            f"1M -> {config['max_points']} {down} ms (target < 50)"
+            f"1M -> {config['max_points']} {down} ms (target < 50)" + "".join(was)
         )
     return "\n".join(lines)
 
 
 def main() -> None:
     config = parse_args()
+    previous = previous_results(config.previous or config.output)
     load_at_start = os.getloadavg()
+    sampler = LoadSampler()
     engine = create_engine(config.database_url)
     schema.upgrade(engine)
     token = f"cru_bench-{secrets.token_hex(16)}"
@@ -488,18 +573,19 @@ def main() -> None:
                 finally:
                     server.stop()
     finally:
+        load_during_run = sampler.stop()
         if not config.keep:
-            with engine.begin() as connection:  # cascades to its runs, series and points
-                connection.execute(
-                    text("DELETE FROM projects WHERE name = :name"), {"name": project}
-                )
+            delete_project(engine, project)
         engine.dispose()
 
     document = {
         "name": "metrics",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(config.database_url)
-        | {"load_avg_at_start": [round(x, 2) for x in load_at_start]},
+        | {
+            "load_avg_at_start": [round(x, 2) for x in load_at_start],
+            "load_avg_1m_during_run": load_during_run,
+        },
         "config": {
             "workers": config.workers,
             "clients": config.clients,
@@ -516,6 +602,8 @@ def main() -> None:
         },
         "results": results,
     }
+    if previous is not None:
+        document["previous"] = previous
     config.output.parent.mkdir(parents=True, exist_ok=True)
     config.output.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     print(summary(document))

@@ -9,7 +9,7 @@ from crucible.db.tables.lineage import (
     LineageEdge,
     RunInput,
 )
-from crucible.db.tables.metrics import MetricPoint, MetricSeries
+from crucible.db.tables.metrics import MetricPoint, MetricRollup, MetricSeries
 from crucible.db.tables.plumbing import IdempotencyRecord, OutboxMessage
 from crucible.db.tables.runs import Attempt, Run, RunEvent
 from crucible.db.tables.tenancy import ApiToken, Experiment, Project
@@ -26,6 +26,7 @@ __all__ = [
     "IdempotencyRecord",
     "LineageEdge",
     "MetricPoint",
+    "MetricRollup",
     "MetricSeries",
     "OutboxMessage",
     "Project",
