@@ -8,9 +8,9 @@ import torch
 
 import crucible
 import crucible.sdk.checkpoint as checkpoint_module
+from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
 from crucible.sdk import CheckpointCorrupt, TrainState
-from crucible.sdk.digest import content_of
 from tests.sdk.conftest import new_run
 
 

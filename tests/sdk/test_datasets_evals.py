@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import crucible
+from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
 from crucible.schemas.runs import RunSubmit
 from crucible.sdk import DatasetCorrupt
-from crucible.sdk.digest import content_of
 from tests.sdk.conftest import new_run
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.runs import AttemptEnd, AttemptStart, RunSubmit
-from crucible.sdk.digest import content_of
 from crucible.workloads.config import TaskConfig, model_preset
 from crucible.workloads.data import read_jsonl, write_jsonl
 from crucible.workloads.tasks.arithmetic import solve

@@ -13,14 +13,14 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from crucible.artifacts import storage
+from crucible.artifacts.digest import content_of
 from crucible.core.events import record_event
 from crucible.core.runs import move_run, parse_manifest
 from crucible.db.tables import Attempt, Checkpoint, Run
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Phase
 from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest
-from crucible.sdk import storage
-from crucible.sdk.digest import content_of
 
 INTERRUPTION_REASONS = frozenset(
     {

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from crucible.artifacts import storage
+from crucible.artifacts.digest import Content, content_of, content_of_remote
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import CheckpointCreate, CheckpointPublic
-from crucible.sdk import distributed, storage
-from crucible.sdk.digest import Content, content_of, content_of_remote
+from crucible.sdk import distributed
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.storage import StorageReader, StorageWriter

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crucible.artifacts import storage
+from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import DatasetVersionCreate, DatasetVersionPublic, RunInputCreate
-from crucible.sdk import storage
-from crucible.sdk.digest import content_of
 
 
 class DatasetCorrupt(Exception):

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from crucible.artifacts import storage
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import (
     CheckpointPublic,
@@ -21,7 +22,7 @@ from crucible.schemas.lineage import (
     EvalResultCreate,
     EvalResultPublic,
 )
-from crucible.sdk import datasets, distributed, storage
+from crucible.sdk import datasets, distributed
 from crucible.sdk.checkpoint import Checkpointer
 from crucible.sdk.config import RunEnvironment
 from crucible.sdk.datasets import InputDataset

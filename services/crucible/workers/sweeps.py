@@ -5,9 +5,9 @@ import shutil
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from crucible.artifacts import storage
 from crucible.core import recovery, retention, watchdog
 from crucible.db.engine import transaction
-from crucible.sdk import storage
 
 DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 120.0
 """Four missed SDK heartbeats (sent every 15 s) and some slack for a busy API."""
