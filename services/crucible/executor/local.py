@@ -73,6 +73,8 @@ class LocalExecutor:
                 self.tick()
             except ApiError as exc:  # the API restarting must not kill the executor
                 log.warning("executor tick failed: %s", exc)
+            except Exception:  # nor may anything else: a dead executor strands every run
+                log.exception("executor tick failed")
             stop.wait(poll_seconds)
         self.shutdown()
 
@@ -248,10 +250,12 @@ class LocalExecutor:
             code = active.process.poll()
             if code is None:
                 continue
+            # Reported first: if the API is busy the attempt stays here and is reported again
+            # next tick (both reports are idempotent), rather than being forgotten as Running.
+            self._finish(active, code)
             del self._active[run_id]
             active.log_file.close()
             self._gpus.give_back(active.gpus)
-            self._finish(active, code)
 
     def _finish(self, active: ActiveAttempt, code: int) -> None:
         """Record how the attempt ended. A bad end moves the run to Interrupted; the recovery
