@@ -139,6 +139,18 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
     return Outcome("retry", last.end_reason or "", message)
 
 
+def decide_stranded(session: Session, *, older_than_seconds: float = 30.0) -> list[Outcome]:
+    """A safety net: Interrupted runs nobody decided for (a message handled while the facts
+    were half reported) get their decision now."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
+    stranded = session.execute(
+        select(Run.id, Run.attempt_count).where(
+            Run.phase == Phase.Interrupted.value, Run.updated_at < cutoff
+        )
+    ).all()
+    return [on_attempt_ended(session, run_id=i, attempt=n) for i, n in stranded]
+
+
 def promote_due(session: Session, *, now: datetime | None = None) -> list[int]:
     """Move Recovering runs whose backoff has passed to Scheduling, where the backend starts
     their next attempt. Returns their ids."""

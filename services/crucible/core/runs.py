@@ -235,6 +235,15 @@ def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str
     run.phase, run.reason, run.message = phase.value, reason, message
     if phase is Phase.Running and run.started_at is None:
         run.started_at = now
+    if phase is Phase.Interrupted:
+        # Recovery's cue. The attempt's end is reported apart (before or after this), so the
+        # decision is also triggered by `attempt.ended`; whichever sees both facts decides.
+        enqueue(
+            session,
+            topic="run.interrupted",
+            dedupe_key=f"run.interrupted:{run.id}:{run.attempt_count}",
+            payload={"run_id": run.id, "attempt": run.attempt_count},
+        )
     if phase.is_terminal:
         run.finished_at = now
         enqueue(

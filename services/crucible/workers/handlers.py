@@ -35,6 +35,7 @@ def _checkpoint_registered(session: Session, payload: dict[str, Any]) -> str:
 
 HANDLERS: dict[str, Handler] = {
     "attempt.ended": _attempt_ended,
+    "run.interrupted": _attempt_ended,
     "checkpoint.registered": _checkpoint_registered,
 }
 """Topics without a handler (run.submitted, run.finished) are marked handled: the local

@@ -14,7 +14,10 @@ DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 120.0
 
 
 def promote_recovering(factory: sessionmaker[Session]) -> list[int]:
+    """Start the next attempt of runs whose backoff is over (and decide for any Interrupted
+    run whose messages came while the facts were half reported)."""
     with transaction(factory) as session:
+        recovery.decide_stranded(session)
         return recovery.promote_due(session)
 
 
