@@ -22,15 +22,17 @@ def scratch_engine(request: pytest.FixtureRequest, tmp_path: object) -> Iterator
         engine.dispose()
         return
     url = make_url(postgres_url())
+    # Named after the test database, so suites on different test databases never share it.
+    scratch = f"{url.database}_migrations"
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
-        connection.execute(text("DROP DATABASE IF EXISTS crucible_migrations_test"))
-        connection.execute(text("CREATE DATABASE crucible_migrations_test"))
-    engine = create_engine(url.set(database="crucible_migrations_test"))
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{scratch}"'))
+        connection.execute(text(f'CREATE DATABASE "{scratch}"'))
+    engine = create_engine(url.set(database=scratch))
     yield engine
     engine.dispose()
     with admin.connect() as connection:
-        connection.execute(text("DROP DATABASE IF EXISTS crucible_migrations_test"))
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{scratch}"'))
     admin.dispose()
 
 
