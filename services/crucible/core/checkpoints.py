@@ -178,18 +178,7 @@ def best_checkpoint(
     """The run's live checkpoint whose eval scored highest (or lowest) on `metric`; ties go to
     the later step."""
     run = load_run(session, principal, run_id, Role.viewer)
-    score = EvalResult.scores[metric].as_float()
-    row = session.execute(
-        select(Checkpoint, EvalResult.id, score)
-        .join(EvalResult, EvalResult.checkpoint_id == Checkpoint.id)
-        .where(Checkpoint.run_id == run.id, Checkpoint.deleted_at.is_(None), score.is_not(None))
-        .order_by(
-            score.desc() if mode is BestMode.max else score.asc(),
-            Checkpoint.step.desc(),
-            EvalResult.id.desc(),
-        )
-        .limit(1)
-    ).first()
+    row = best_live_checkpoint(session, run.id, metric, mode)
     if row is None:
         raise NotFound(f"checkpoint of run {run.id} with an eval score for", metric)
     checkpoint, eval_result_id, value = row
@@ -197,3 +186,24 @@ def best_checkpoint(
     return BestCheckpointPublic(
         **public.model_dump(), metric=metric, value=value, eval_result_id=eval_result_id
     )
+
+
+def best_live_checkpoint(
+    session: Session, run_id: int, metric: str, mode: BestMode
+) -> tuple[Checkpoint, int, float] | None:
+    """(checkpoint, eval result id, score) of the run's live checkpoint that scored best on
+    `metric`; ties go to the later step. The one ranking for the API, `best:<metric>`
+    references and retention."""
+    score = EvalResult.scores[metric].as_float()
+    row = session.execute(
+        select(Checkpoint, EvalResult.id, score)
+        .join(EvalResult, EvalResult.checkpoint_id == Checkpoint.id)
+        .where(Checkpoint.run_id == run_id, Checkpoint.deleted_at.is_(None), score.is_not(None))
+        .order_by(
+            score.desc() if mode is BestMode.max else score.asc(),
+            Checkpoint.step.desc(),
+            EvalResult.id.desc(),
+        )
+        .limit(1)
+    ).first()
+    return None if row is None else (row[0], row[1], row[2])

@@ -15,8 +15,9 @@ from sqlalchemy.orm import Session
 
 from crucible.core import lineage
 from crucible.core.access import Principal
+from crucible.core.checkpoints import BestMode, best_live_checkpoint
 from crucible.core.runs import load_run, move_run, parse_manifest
-from crucible.db.tables import Checkpoint, Dataset, DatasetVersion, EvalResult, OutboxMessage, Run
+from crucible.db.tables import Checkpoint, Dataset, DatasetVersion, OutboxMessage, Run
 from crucible.domain import reasons
 from crucible.domain.enums import Phase, Role, RunKind
 from crucible.domain.specs import (
@@ -188,16 +189,10 @@ def _checkpoint(session: Session, run: Run, ref: CheckpointRef) -> Checkpoint:
     metric = ref.checkpoint.removeprefix("best:")
     if _evals_pending(session, producer):
         raise _Waiting(f"the evals of run {producer.name!r} are still running")
-    score = EvalResult.scores[metric].as_float()
-    best = session.scalar(
-        live.join(EvalResult, EvalResult.checkpoint_id == Checkpoint.id)
-        .where(score.is_not(None))
-        .order_by(score.desc(), Checkpoint.step.desc())
-        .limit(1)
-    )
+    best = best_live_checkpoint(session, producer.id, metric, BestMode.max)
     if best is None:
         raise _ProducerFailed(f"no checkpoint of run {producer.name!r} has an eval of {metric!r}")
-    return best
+    return best[0]
 
 
 def _finished_producer(session: Session, run: Run, name: str, kinds: tuple[RunKind, ...]) -> Run:

@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from crucible.core.checkpoints import BestMode, best_live_checkpoint
 from crucible.core.eval_trigger import CHECKPOINT_TAG
 from crucible.core.events import record_event
 from crucible.core.runs import parse_manifest
-from crucible.db.tables import Checkpoint, EvalResult, OutboxMessage, Run, RunInput
+from crucible.db.tables import Checkpoint, OutboxMessage, Run, RunInput
 from crucible.domain.enums import Phase, RunKind
 from crucible.domain.specs import TrainingRunManifest
 
@@ -84,15 +85,8 @@ def _retire_for_run(session: Session, run: Run) -> list[Retired]:
 
 def _best(session: Session, run_id: int, ranking: str) -> int | None:
     mode, _, metric = ranking.partition(":")
-    score = EvalResult.scores[metric].as_float()
-    order = score.desc() if mode == "max" else score.asc()
-    return session.scalar(
-        select(Checkpoint.id)
-        .join(EvalResult, EvalResult.checkpoint_id == Checkpoint.id)
-        .where(Checkpoint.run_id == run_id, Checkpoint.deleted_at.is_(None), score.is_not(None))
-        .order_by(order, Checkpoint.step.desc())
-        .limit(1)
-    )
+    best = best_live_checkpoint(session, run_id, metric, BestMode(mode))
+    return best[0].id if best is not None else None
 
 
 def _in_use(session: Session, checkpoint_ids: list[int]) -> set[int]:

@@ -70,15 +70,3 @@ def unhandled_ids(factory: sessionmaker[Session], *, batch: int = 200) -> list[i
                 .limit(batch)
             )
         )
-
-
-def outbox_lag_seconds(factory: sessionmaker[Session]) -> float:
-    """Age of the oldest unhandled message; 0 when the outbox is drained."""
-    with transaction(factory) as session:
-        oldest = session.scalar(
-            select(OutboxMessage.created_at)
-            .where(OutboxMessage.handled_at.is_(None))
-            .order_by(OutboxMessage.id)
-            .limit(1)
-        )
-    return (datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0.0
