@@ -130,6 +130,65 @@ def worker(
 
 @app.command()
 @friendly_errors
+def operator(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(help="Watch only this namespace (repeatable); default: every namespace."),
+    ] = None,
+    default_image: Annotated[
+        str, typer.Option(help="Image for specs that name none (the reference workloads).")
+    ] = "ghcr.io/crucible-dev/crucible:0.1.0",
+    workload_api_url: Annotated[
+        str | None,
+        typer.Option(help="Control-plane URL as pods reach it; default: CRUCIBLE_API_URL."),
+    ] = None,
+    token_secret: Annotated[
+        str, typer.Option(help="Secret (per namespace, key `token`) workload pods read.")
+    ] = "crucible-workload-token",  # noqa: S107 - a Secret name, not a secret
+    checkpoint_claim: Annotated[
+        str | None, typer.Option(help="PersistentVolumeClaim mounted at /checkpoints.")
+    ] = None,
+    grace_seconds: Annotated[
+        int, typer.Option(min=0, help="Pods' termination grace: time to checkpoint.")
+    ] = 300,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on this port.")
+    ] = None,
+    health_port: Annotated[
+        int | None, typer.Option(help="Serve a liveness probe at :PORT/healthz.")
+    ] = None,
+    peering: Annotated[
+        str | None,
+        typer.Option(help="kopf peering name, so one instance of several is active."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option(help="Log every handler and HTTP request.")] = False,
+) -> None:
+    """Run the Kubernetes operator: TrainingRun, RolloutJob and EvalJob resources become
+    pods (cluster: KUBECONFIG or in-cluster; control plane: CRUCIBLE_API_URL and
+    CRUCIBLE_TOKEN)."""
+    from crucible_operator.main import OperatorConfig, run_operator
+    from crucible_operator.pods import PodOptions
+
+    settings = load_settings()
+    options = PodOptions(
+        api_url=workload_api_url or settings.api_url,
+        token_secret=token_secret,
+        default_image=default_image,
+        checkpoint_claim=checkpoint_claim,
+        grace_seconds=grace_seconds,
+    )
+    config = OperatorConfig(
+        namespaces=tuple(namespace or ()),
+        pod_options=options,
+        metrics_port=metrics_port,
+        health_port=health_port,
+        peering=peering,
+    )
+    run_operator(settings, config, verbose=verbose)
+
+
+@app.command()
+@friendly_errors
 def demo(
     quick: Annotated[bool, typer.Option(help="The CI-sized loop (about 3 minutes).")] = False,
     project: ProjectOpt = DEFAULT_PROJECT,

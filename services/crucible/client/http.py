@@ -165,6 +165,10 @@ class CrucibleClient:
             "/api/v1/projects", ProjectCreate(name=name, description=description), ProjectPublic
         )
 
+    def create_project_from(self, project_in: ProjectCreate) -> ProjectPublic:
+        """Create a project with every field (its Kubernetes namespace, for one)."""
+        return self._post("/api/v1/projects", project_in, ProjectPublic)
+
     def list_projects(self) -> Page[ProjectPublic]:
         return self._get("/api/v1/projects", Page[ProjectPublic])
 
@@ -284,6 +288,10 @@ class CrucibleClient:
     def list_run_evals(self, run_id: int) -> list[EvalResultPublic]:
         """Eval results of every checkpoint the run wrote."""
         return self._get(f"/api/v1/runs/{run_id}/evals", list[EvalResultPublic])
+
+    def list_checkpoint_evals(self, checkpoint_id: int) -> list[EvalResultPublic]:
+        """Eval results recorded for one checkpoint, every suite."""
+        return self._get(f"/api/v1/checkpoints/{checkpoint_id}/evals", list[EvalResultPublic])
 
     def get_project(self, project_id: int) -> ProjectPublic:
         return self._get(f"/api/v1/projects/{project_id}", ProjectPublic)

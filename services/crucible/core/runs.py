@@ -68,8 +68,23 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         )
     )
     if existing is not None:
-        if existing.spec_digest == digest and existing.backend == run_in.backend.value:
+        other_object = run_in.k8s_uid is not None and existing.k8s_uid not in (None, run_in.k8s_uid)
+        if (
+            existing.spec_digest == digest
+            and existing.backend == run_in.backend.value
+            and not other_object
+        ):
+            if run_in.k8s_uid is not None and existing.k8s_uid is None:
+                # The resource the control plane created for a REST submission registers.
+                existing.k8s_uid = run_in.k8s_uid
+                session.flush()
             return RunPublic.model_validate(existing)
+        if other_object:
+            raise Conflict(
+                f"a {manifest.kind} named {manifest.metadata.name!r} already ran in project "
+                f"{project.name!r} (run {existing.id}, {existing.phase}); run names are kept "
+                "for lineage, so pick another name"
+            )
         raise Conflict(
             f"a {manifest.kind} named {manifest.metadata.name!r} already exists in project "
             f"{project.name!r} with a different spec; pick another name"
@@ -225,6 +240,10 @@ def report_phase(
     run = load_run(session, principal, run_id, Role.editor)
     if Phase(run.phase) is not report.phase:
         move_run(session, run, report.phase, report.reason, report.message)
+    elif (run.reason, run.message) != (report.reason, report.message):
+        # Same phase, news about it (the scheduler's reason a run waits): no transition.
+        run.reason, run.message = report.reason, report.message
+        session.flush()
     return RunPublic.model_validate(run)
 
 

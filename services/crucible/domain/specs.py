@@ -173,6 +173,13 @@ class Scheduling(SpecModel):
         dict[str, str],
         Field(description="Labels copied to pods, e.g. `kueue.x-k8s.io/queue-name`."),
     ] = Field(default_factory=dict)
+    pod_annotations: Annotated[
+        dict[str, str],
+        Field(
+            description="Annotations copied to pods, e.g. for sidecar injection, or the "
+            "stage rules of a fake kubelet in tests."
+        ),
+    ] = Field(default_factory=dict)
 
 
 class EnvVar(SpecModel):

@@ -1,11 +1,11 @@
 """Turn a run's manifest into the command and environment of its processes."""
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from crucible.domain import contract
 from crucible.schemas.runs import RunPublic
 
 
@@ -21,14 +21,7 @@ def process_count(run: RunPublic) -> int:
 
 def reference_workload(run: RunPublic) -> str:
     """The module of the reference workload that runs a spec without a command."""
-    spec: dict[str, Any] = run.manifest.get("spec", {})
-    if run.kind == "train":
-        return "crucible.workloads.train"
-    if run.kind == "eval":
-        return "crucible.workloads.eval"
-    if (spec.get("policy") or {}).get("teacher"):
-        return "crucible.workloads.datagen"
-    return "crucible.workloads.rollout"
+    return contract.reference_workload(run.kind, run.manifest.get("spec", {}))
 
 
 def build_command(run: RunPublic) -> list[str]:
@@ -65,29 +58,24 @@ def build_env(
 ) -> dict[str, str]:
     """The process environment: the caller's, plus the run's identity, API access, config,
     spec and pinned inputs (the contract the SDK and the reference workloads read)."""
-    spec: dict[str, Any] = run.manifest.get("spec", {})
-    storage = (spec.get("checkpoints") or {}).get("storage")
     env = dict(os.environ)
+    env.pop("CRUCIBLE_RESUME_FROM", None)  # only this attempt's own, if any
     env.update(
         {
             "CRUCIBLE_API_URL": api_url,
             "CRUCIBLE_TOKEN": token,
-            "CRUCIBLE_RUN_ID": str(run.id),
-            "CRUCIBLE_ATTEMPT": str(attempt),
             "CRUCIBLE_HOME": str(home),
-            "CRUCIBLE_CHECKPOINT_URI": storage
-            or (home / "runs" / str(run.id) / "checkpoints").as_uri(),
-            "CRUCIBLE_CONFIG": json.dumps(spec.get("config", {})),
-            "CRUCIBLE_SPEC": json.dumps(spec),
-            "CRUCIBLE_INPUTS": json.dumps(inputs or {"datasets": [], "checkpoint": None}),
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-            "PYTHONUNBUFFERED": "1",
         }
     )
-    if resume_from is not None:
-        env["CRUCIBLE_RESUME_FROM"] = str(resume_from)
-    else:
-        env.pop("CRUCIBLE_RESUME_FROM", None)
-    for item in spec.get("env", []):
-        env[item["name"]] = item.get("value", "")
+    env.update(
+        contract.workload_env(
+            run_id=run.id,
+            spec=run.manifest.get("spec", {}),
+            attempt=attempt,
+            resume_from=resume_from,
+            inputs=inputs,
+            checkpoint_uri=(home / "runs" / str(run.id) / "checkpoints").as_uri(),
+        )
+    )
     return env

@@ -2058,6 +2058,13 @@ export interface components {
                 [key: string]: string;
             };
             /**
+             * Podannotations
+             * @description Annotations copied to pods, e.g. for sidecar injection, or the stage rules of a fake kubelet in tests.
+             */
+            podAnnotations?: {
+                [key: string]: string;
+            };
+            /**
              * Priorityclassname
              * @description PriorityClass of the pods (preemption order).
              */

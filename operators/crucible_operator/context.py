@@ -1,0 +1,53 @@
+"""What the operator builds once at startup and every handler shares (kept in kopf's memo):
+the control-plane client, the Kubernetes client, pod options, and small caches."""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from lightkube import AsyncClient
+from lightkube.generic_resource import GenericNamespacedResource, create_namespaced_resource
+
+from crucible.client import CrucibleClient
+from crucible_operator import naming
+from crucible_operator.facts import Demand
+from crucible_operator.metrics import OperatorMetrics
+from crucible_operator.pods import PodOptions
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+RESOURCES: dict[str, type[GenericNamespacedResource]] = {
+    k.kind: create_namespaced_resource(naming.GROUP, naming.VERSION, k.kind, k.plural)
+    for k in naming.KINDS
+}
+
+
+@dataclass
+class OperatorContext:
+    api: CrucibleClient  # synchronous; called through `call` on a thread
+    kube: AsyncClient
+    options: PodOptions
+    metrics: OperatorMetrics
+    projects: dict[str, str] = field(default_factory=dict)  # namespace -> project name
+    token_secrets: set[str] = field(default_factory=set)  # namespaces whose Secret exists
+    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # run uid -> its loop
+    # Pods whose gate was lifted, until the pod index shows it: (namespace, name) -> demand.
+    released: dict[tuple[str, str], Demand] = field(default_factory=dict)
+    gang_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    node_ready: dict[str, bool] = field(default_factory=dict)
+
+    async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """A control-plane call, off the event loop (the client is synchronous)."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def wake(self, uid: str) -> None:
+        event = self.wakeups.get(uid)
+        if event is not None:
+            event.set()
+
+
+def memo_context(memo: Any) -> OperatorContext:
+    context: OperatorContext = memo.context
+    return context

@@ -1,0 +1,121 @@
+"""All pods of an attempt or none: does the whole gang fit on the cluster right now?
+
+An attempt's pods are created with a scheduling gate (naming.GANG_GATE), so the scheduler
+ignores them and they hold nothing. The operator lifts the gate from all of them at once,
+and only when this check places every pod: a node must be Ready, schedulable, match the
+run's nodeSelector, have every NoSchedule/NoExecute taint tolerated, and have the GPUs,
+CPU and memory left after the pods already bound to it and the pods of gangs released
+earlier but not yet bound (reserved first, so two gangs released back to back do not
+both count the same GPUs). The scheduler then binds them; when it cannot (something this
+check does not model, such as affinity), its reason is surfaced on the run.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from crucible_operator.facts import Demand, NodeFacts, Taint
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True)
+class Gang:
+    size: int
+    demand: Demand
+    node_selector: Mapping[str, str]
+    tolerations: Sequence[Toleration]
+
+
+@dataclass(frozen=True)
+class Placement:
+    fits: bool
+    message: str
+
+
+@dataclass
+class _Free:
+    name: str
+    gpus: int
+    cpu: float
+    memory: float
+
+    def take(self, demand: Demand) -> bool:
+        if demand.gpus > self.gpus or demand.cpu > self.cpu or demand.memory > self.memory:
+            return False
+        self.gpus -= demand.gpus
+        self.cpu -= demand.cpu
+        self.memory -= demand.memory
+        return True
+
+
+def eligible(node: NodeFacts, gang: Gang) -> bool:
+    if not node.ready or node.unschedulable:
+        return False
+    if any(node.labels.get(k) != v for k, v in gang.node_selector.items()):
+        return False
+    return all(
+        taint.effect == "PreferNoSchedule" or any(t.tolerates(taint) for t in gang.tolerations)
+        for taint in node.taints
+    )
+
+
+def _place(free: list[_Free], demand: Demand, count: int) -> int:
+    """Place up to `count` pods, tightest node first (leaves big holes for big gangs)."""
+    placed = 0
+    for _ in range(count):
+        candidates = [f for f in free if f.gpus >= demand.gpus]
+        candidates.sort(key=lambda f: (f.gpus, f.cpu, f.name))
+        if not any(f.take(demand) for f in candidates):
+            break
+        placed += 1
+    return placed
+
+
+def fit(
+    gang: Gang,
+    nodes: Iterable[NodeFacts],
+    bound: Mapping[str, Demand],
+    reserved: Iterable[Demand],
+) -> Placement:
+    """`bound`: per node, what its non-terminal pods request; `reserved`: pods released
+    from their gates that the scheduler has not bound yet."""
+    usable = [n for n in nodes if eligible(n, gang)]
+    free = []
+    for node in usable:
+        used = bound.get(node.name, Demand())
+        free.append(
+            _Free(
+                node.name,
+                node.allocatable.gpus - used.gpus,
+                # A node that reports no CPU/memory (some fake nodes) is not limited by them.
+                (node.allocatable.cpu - used.cpu) if node.allocatable.cpu else float("inf"),
+                (node.allocatable.memory - used.memory)
+                if node.allocatable.memory
+                else float("inf"),
+            )
+        )
+    for demand in reserved:
+        _place(free, demand, 1)
+    placed = _place(free, gang.demand, gang.size)
+    if placed == gang.size:
+        return Placement(True, f"all {gang.size} pods fit")
+    best = max((f.gpus for f in free), default=0)
+    return Placement(
+        False,
+        f"needs {gang.size} pod(s) with {gang.demand.gpus} GPU(s) each on "
+        f"{len(usable)} eligible node(s); only {placed} fit now (most free GPUs on one "
+        f"node: {best}). No pod is bound until all of them fit.",
+    )

@@ -1,0 +1,218 @@
+"""The kopf wiring: indexes of pods and nodes, one reconcile loop (a kopf daemon) per
+custom resource, wake-ups from pod and node events, and the finalizer that records a
+deleted resource's end in the control plane. Handlers are registered on a registry made
+here (never kopf's global one), so importing this module changes nothing by itself."""
+
+import asyncio
+import logging
+import time
+from typing import Any, NamedTuple
+
+import kopf
+from lightkube import ApiError as KubeError
+
+from crucible.client import ApiError
+from crucible.domain import reasons
+from crucible.domain.enums import TERMINAL_PHASES
+from crucible.schemas.runs import AttemptEnd
+from crucible_operator import naming
+from crucible_operator.context import OperatorContext, memo_context
+from crucible_operator.facts import Demand, NodeFacts, PodFacts, node_facts, pod_facts
+from crucible_operator.reconcile import Observed, Pass, Tracked
+
+log = logging.getLogger(__name__)
+
+PodIndex = kopf.Index[str, PodFacts]
+
+
+class Indexes(NamedTuple):
+    """kopf's in-memory indexes, passed to handlers by their function names."""
+
+    crucible_pods: PodIndex  # run uid -> its pods
+    node_load: kopf.Index[str, Demand]  # node -> requests of its running pods
+    cluster_nodes: kopf.Index[str, NodeFacts]  # node -> its facts
+
+
+RETRY_AFTER_ERROR = 5.0
+_TERMINAL = {p.value for p in TERMINAL_PHASES}
+
+
+def _not_finished(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") not in _TERMINAL
+
+
+def build_registry() -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    ours = {naming.LABEL_RUN_UID: kopf.PRESENT}
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    # -- indexes (kept current by kopf's watches; read by every pass) -------------------------
+    # Handlers receive an index as the keyword named by its id (set explicitly: the default
+    # id of a nested function is its qualified name).
+
+    @kopf.index("pods", labels=ours, registry=registry, id="crucible_pods")
+    def crucible_pods(body: kopf.Body, labels: kopf.Labels, **_: Any) -> dict[str, Any]:
+        return {labels[naming.LABEL_RUN_UID]: pod_facts(body)}
+
+    @kopf.index("pods", registry=registry, id="node_load")
+    def node_load(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, **_: Any) -> Any:
+        node = spec.get("nodeName")
+        if not node or status.get("phase") in ("Succeeded", "Failed"):
+            return None
+        return {node: pod_facts(body).demand}
+
+    @kopf.index("nodes", registry=registry, id="cluster_nodes")
+    def cluster_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+        return {name: node_facts(body)}
+
+    # -- wake-ups -----------------------------------------------------------------------------
+
+    @kopf.on.event("pods", labels=ours, registry=registry)
+    def pod_changed(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+        memo_context(memo).wake(labels[naming.LABEL_RUN_UID])
+
+    @kopf.on.event("nodes", registry=registry)
+    def node_changed(name: str, body: kopf.Body, type: str, memo: kopf.Memo, **kw: Any) -> None:
+        ctx = memo_context(memo)
+        crucible_pods: PodIndex = kw["crucible_pods"]
+        ready = type != "DELETED" and node_facts(body).ready
+        if ctx.node_ready.get(name) == ready:
+            return
+        ctx.node_ready[name] = ready
+        for uid, store in crucible_pods.items():
+            if any(p.node == name for p in store):
+                ctx.wake(uid)
+
+    for info in naming.KINDS:
+        _register_kind(registry, info)
+    return registry
+
+
+def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> None:
+    resource = (naming.GROUP, naming.VERSION, info.plural)
+
+    @kopf.on.event(*resource, registry=registry)
+    def changed(uid: str, memo: kopf.Memo, **_: Any) -> None:
+        memo_context(memo).wake(uid)
+
+    @kopf.daemon(
+        *resource,
+        registry=registry,
+        when=_not_finished,
+        cancellation_timeout=10.0,
+        id=f"reconcile-{info.plural}",
+    )
+    async def reconcile_loop(
+        body: kopf.Body,
+        uid: str,
+        stopped: kopf.DaemonStopped,
+        memo: kopf.Memo,
+        **kw: Any,
+    ) -> None:
+        ctx = memo_context(memo)
+        indexes = Indexes(kw["crucible_pods"], kw["node_load"], kw["cluster_nodes"])
+        wake = ctx.wakeups.setdefault(uid, asyncio.Event())
+        tracked = Tracked()
+        try:
+            while not stopped:
+                wake.clear()
+                delay = await _one_pass(ctx, info, body, tracked, indexes, uid)
+                if delay is None:
+                    return
+                await _sleep(wake, stopped, delay)
+        finally:
+            ctx.wakeups.pop(uid, None)
+
+    @kopf.on.delete(*resource, registry=registry, id=f"record-deletion-{info.plural}")
+    async def record_deletion(status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
+        """Before the resource goes: the run is Cancelled and its open attempt ended in the
+        control plane (its pods then go with it, through their owner references)."""
+        run_id = status.get("runId")
+        if not run_id or status.get("phase") in _TERMINAL:
+            return
+        ctx = memo_context(memo)
+        try:
+            await ctx.call(ctx.api.cancel_run, int(run_id))
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise kopf.TemporaryError(str(exc), delay=RETRY_AFTER_ERROR) from exc
+        attempts = await ctx.call(ctx.api.list_attempts, int(run_id))
+        if attempts and attempts[-1].ended_at is None:
+            try:
+                await ctx.call(
+                    ctx.api.end_attempt,
+                    int(run_id),
+                    attempts[-1].number,
+                    AttemptEnd(
+                        end_reason=reasons.REASON_CANCELLED_BY_USER,
+                        message="the resource was deleted",
+                    ),
+                )
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise kopf.TemporaryError(str(exc), delay=RETRY_AFTER_ERROR) from exc
+
+
+async def _one_pass(
+    ctx: OperatorContext,
+    info: naming.KindInfo,
+    body: kopf.Body,
+    tracked: Tracked,
+    indexes: "Indexes",
+    uid: str,
+) -> float | None:
+    started = time.perf_counter()
+    observed = _observe(ctx, indexes, uid)
+    try:
+        return await Pass(ctx, body, tracked, observed).run()
+    except (ApiError, KubeError, OSError) as exc:
+        # The API restarting, a conflict, a network blip: the next pass starts from the
+        # observed state again, so retrying is always safe.
+        ctx.metrics.reconcile_errors.labels(info.kind).inc()
+        log.warning(
+            "%s %s: reconcile failed, retrying: %s",
+            info.kind,
+            body.get("metadata", {}).get("name"),
+            exc,
+        )
+        tracked.attempts_known = False
+        return RETRY_AFTER_ERROR
+    finally:
+        ctx.metrics.reconcile_seconds.labels(info.kind).observe(time.perf_counter() - started)
+
+
+def _observe(ctx: OperatorContext, indexes: "Indexes", uid: str) -> Observed:
+    crucible_pods, node_load, cluster_nodes = indexes
+    mine = list(crucible_pods.get(uid, []))
+    bound: dict[str, Demand] = {}
+    for node, demands in node_load.items():
+        total = Demand()
+        for d in demands:
+            total = Demand(total.gpus + d.gpus, total.cpu + d.cpu, total.memory + d.memory)
+        bound[node] = total
+    released = []
+    for store in crucible_pods.values():
+        for pod in store:
+            if pod.terminal:
+                continue
+            if pod.node is None and not pod.gated:
+                released.append(pod.demand)
+            if pod.node is not None or not pod.gated:
+                ctx.released.pop((pod.namespace, pod.name), None)
+    nodes = {name: next(iter(store)) for name, store in cluster_nodes.items() if store}
+    return Observed(pods=mine, nodes=nodes, bound=bound, released=released)
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    deadline = time.monotonic() + delay
+    while not stopped and not wake.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
+        except TimeoutError:
+            continue

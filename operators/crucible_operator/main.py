@@ -1,0 +1,83 @@
+"""`crucible operator`: run the kopf operator against the current cluster (KUBECONFIG, or
+the in-cluster service account) and the control plane at CRUCIBLE_API_URL."""
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from lightkube import AsyncClient
+from prometheus_client import start_http_server
+
+from crucible.client import CrucibleClient
+from crucible.settings import Settings
+from crucible_operator import naming
+from crucible_operator.context import OperatorContext
+from crucible_operator.handlers import build_registry
+from crucible_operator.metrics import OperatorMetrics
+from crucible_operator.pods import PodOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...]  # empty: every namespace
+    pod_options: PodOptions
+    metrics_port: int | None
+    health_port: int | None
+    peering: str | None  # kopf peering name; None: standalone (one instance, no peering)
+    workers: int = 32  # threads for control-plane calls
+
+
+def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = False) -> None:
+    kopf.configure(verbose=verbose)  # kopf's log format, on the root logger
+    if not verbose:  # one line per HTTP request is noise at this rate
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    registry = build_registry()
+    metrics = OperatorMetrics()
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.persistence.finalizer = naming.FINALIZER
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=naming.GROUP, key="last-handled-configuration"
+        )
+        settings.posting.level = logging.INFO
+        settings.watching.server_timeout = 300
+        settings.execution.max_workers = config.workers
+        # Control-plane calls run on the loop's default executor (asyncio.to_thread).
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(config.workers))
+        memo.context = OperatorContext(
+            api=client,
+            kube=AsyncClient(field_manager=naming.FIELD_MANAGER),
+            options=config.pod_options,
+            metrics=metrics,
+        )
+
+    @kopf.on.cleanup(registry=registry)
+    async def close(memo: kopf.Memo, **_: Any) -> None:
+        await memo.context.kube.close()
+
+    client = CrucibleClient.from_settings(settings)
+    if config.metrics_port is not None:
+        start_http_server(config.metrics_port, registry=metrics.registry)
+    liveness = (
+        f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port is not None else None
+    )
+    try:
+        kopf.run(
+            registry=registry,
+            clusterwide=not config.namespaces,
+            namespaces=config.namespaces,
+            standalone=config.peering is None,
+            peering_name=config.peering,
+            liveness_endpoint=liveness,
+            memo=kopf.Memo(),
+        )
+    finally:
+        client.close()

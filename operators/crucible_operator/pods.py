@@ -1,0 +1,288 @@
+"""Build the pods (and headless Service) of one attempt: pure functions of the custom
+resource and the attempt, so they are unit-tested without a cluster.
+
+One pod per node (TrainingRun), per replica (RolloutJob) or one (EvalJob), named
+`<run>-a<attempt>-<rank>`. Several pods rendezvous through torchrun at rank 0's stable DNS
+name, `<run>-a<attempt>-0.<run>.<namespace>.svc`, which the headless Service provides.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crucible.domain import contract
+from crucible_operator import naming
+from crucible_operator.facts import GPU
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """Operator-wide settings for the pods it creates."""
+
+    api_url: str  # the control plane, as pods reach it
+    token_secret: str  # Secret (in the run's namespace) whose `token` key pods use
+    default_image: str  # for specs without `image`
+    checkpoint_root: str = "file:///checkpoints"  # default CRUCIBLE_CHECKPOINT_URI prefix
+    checkpoint_claim: str | None = None  # PersistentVolumeClaim mounted at /checkpoints
+    grace_seconds: int = 300  # long enough to write a checkpoint after SIGTERM
+    shm_limit: str | None = None  # /dev/shm size limit (memory-backed)
+    run_as_user: int = 1000
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How many pods an attempt has and what each one gets."""
+
+    pods: int
+    gpus_per_pod: int
+    processes_per_pod: int
+
+    @property
+    def world(self) -> int:
+        return self.pods * self.processes_per_pod
+
+
+def shape(kind: str, spec: Mapping[str, Any]) -> Shape:
+    if kind == "TrainingRun":
+        gpus = int(spec.get("gpusPerNode", 0))
+        return Shape(
+            int(spec.get("nodes", 1)), gpus, int(spec.get("processesPerNode") or gpus or 1)
+        )
+    if kind == "RolloutJob":
+        return Shape(int(spec.get("replicas", 1)), int(spec.get("gpusPerReplica", 0)), 1)
+    return Shape(1, int(spec.get("gpus", 0)), 1)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    run_id: int
+    number: int
+    resume_from: int | None
+    inputs: Mapping[str, Any] | None
+
+
+def _command(kind: str, spec: Mapping[str, Any], sh: Shape, rank: int, master: str) -> list[str]:
+    command = list(
+        spec.get("command")
+        or [
+            "python",
+            "-m",
+            contract.reference_workload(naming.KIND_BY_NAME[kind].run_kind, dict(spec)),
+        ]
+    )
+    command += list(spec.get("args") or [])
+    if sh.world == 1:
+        return command
+    if Path(command[0]).name.startswith("python"):
+        command = command[1:]  # torchrun takes `-m module` or a script
+    return [
+        "torchrun",
+        f"--nnodes={sh.pods}",
+        f"--node-rank={rank}",
+        f"--nproc-per-node={sh.processes_per_pod}",
+        f"--master-addr={master}",
+        f"--master-port={naming.TORCHRUN_PORT}",
+        *command,
+    ]
+
+
+def _resources(spec: Mapping[str, Any], gpus: int) -> dict[str, Any]:
+    wanted = spec.get("resources") or {}
+    requests = {
+        key: wanted[field]
+        for field, key in (
+            ("cpu", "cpu"),
+            ("memory", "memory"),
+            ("ephemeralStorage", "ephemeral-storage"),
+        )
+        if wanted.get(field)
+    }
+    limits: dict[str, Any] = {}
+    if gpus:
+        requests[GPU] = str(gpus)
+        limits[GPU] = str(gpus)  # extended resources need limit == request
+    if wanted.get("memory"):
+        limits["memory"] = wanted["memory"]
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _tolerations(spec: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+    tolerations = [dict(t) for t in (spec.get("scheduling") or {}).get("tolerations") or []]
+    if gpus and not any(t.get("key") == GPU for t in tolerations):
+        # GPU nodes are usually tainted so CPU pods stay off them; GPU pods tolerate it.
+        tolerations.append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+def labels(body: Mapping[str, Any], kind: str, attempt: int | None = None) -> dict[str, str]:
+    meta = body["metadata"]
+    spec = body.get("spec") or {}
+    out = dict((spec.get("scheduling") or {}).get("queueLabels") or {})
+    out.update(
+        {
+            naming.LABEL_RUN: meta["name"],
+            naming.LABEL_RUN_UID: meta["uid"],
+            naming.LABEL_KIND: naming.KIND_BY_NAME[kind].run_kind,
+            naming.LABEL_ROLE: naming.KIND_BY_NAME[kind].role,
+            naming.LABEL_MANAGED_BY: naming.MANAGED_BY,
+        }
+    )
+    if attempt is not None:
+        out[naming.LABEL_ATTEMPT] = str(attempt)
+    return out
+
+
+def uses_gang_gate(spec: Mapping[str, Any]) -> bool:
+    """Kueue admits queued pods with its own gate (and pod groups); ours would only add a
+    second, disagreeing admission."""
+    queue = (spec.get("scheduling") or {}).get("queueLabels") or {}
+    return not any(key.startswith("kueue.x-k8s.io/") for key in queue)
+
+
+def build_pods(
+    body: Mapping[str, Any], kind: str, attempt: Attempt, options: PodOptions
+) -> list[dict[str, Any]]:
+    meta = body["metadata"]
+    spec = body.get("spec") or {}
+    name, namespace = meta["name"], meta["namespace"]
+    sh = shape(kind, spec)
+    scheduling = spec.get("scheduling") or {}
+    master = f"{naming.pod_name(name, attempt.number, 0)}.{naming.service_name(name)}"
+    master += f".{namespace}.svc"
+    checkpoint_uri = f"{options.checkpoint_root.rstrip('/')}/{namespace}/{name}"
+    base_env = {
+        "CRUCIBLE_API_URL": options.api_url,
+        "CRUCIBLE_HOME": "/workspace",
+        **contract.workload_env(
+            run_id=attempt.run_id,
+            spec=dict(spec),
+            attempt=attempt.number,
+            resume_from=attempt.resume_from,
+            inputs=dict(attempt.inputs) if attempt.inputs is not None else None,
+            checkpoint_uri=checkpoint_uri,
+        ),
+    }
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", **_size(options.shm_limit)}},
+        {"name": "workspace", "emptyDir": {}},
+    ]
+    mounts = [
+        {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory volume, by design
+        {"name": "workspace", "mountPath": "/workspace"},
+    ]
+    if options.checkpoint_claim:
+        volumes.append(
+            {
+                "name": "checkpoints",
+                "persistentVolumeClaim": {"claimName": options.checkpoint_claim},
+            }
+        )
+        mounts.append({"name": "checkpoints", "mountPath": "/checkpoints"})
+    pods = []
+    for rank in range(sh.pods):
+        env = dict(base_env)
+        if sh.world > 1:
+            env.update(
+                {
+                    "MASTER_ADDR": master,
+                    "MASTER_PORT": str(naming.TORCHRUN_PORT),
+                    "NNODES": str(sh.pods),
+                    "NODE_RANK": str(rank),
+                    "NPROC_PER_NODE": str(sh.processes_per_pod),
+                }
+            )
+        env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+        env_list.append(
+            {
+                "name": "CRUCIBLE_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": options.token_secret, "key": "token"}},
+            }
+        )
+        pod_spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": options.grace_seconds,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": options.run_as_user,
+                "runAsGroup": options.run_as_user,
+                "fsGroup": options.run_as_user,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "workload",
+                    "image": spec.get("image") or options.default_image,
+                    "command": _command(kind, spec, sh, rank, master),
+                    "env": env_list,
+                    "resources": _resources(spec, sh.gpus_per_pod),
+                    "volumeMounts": mounts,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+            "volumes": volumes,
+            "tolerations": _tolerations(spec, sh.gpus_per_pod),
+        }
+        if sh.pods > 1:
+            pod_spec["hostname"] = naming.pod_name(name, attempt.number, rank)
+            pod_spec["subdomain"] = naming.service_name(name)
+        if uses_gang_gate(spec):
+            pod_spec["schedulingGates"] = [{"name": naming.GANG_GATE}]
+        for field, key in (
+            ("priorityClassName", "priorityClassName"),
+            ("schedulerName", "schedulerName"),
+        ):
+            if scheduling.get(field):
+                pod_spec[key] = scheduling[field]
+        if scheduling.get("nodeSelector"):
+            pod_spec["nodeSelector"] = dict(scheduling["nodeSelector"])
+        pod_labels = labels(body, kind, attempt.number)
+        pod_labels[naming.LABEL_RANK] = str(rank)
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": naming.pod_name(name, attempt.number, rank),
+                    "namespace": namespace,
+                    "labels": pod_labels,
+                    "annotations": dict(scheduling.get("podAnnotations") or {}),
+                },
+                "spec": pod_spec,
+            }
+        )
+    return pods
+
+
+def _size(limit: str | None) -> dict[str, str]:
+    return {"sizeLimit": limit} if limit else {}
+
+
+def build_service(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """Headless, publishing not-ready pods: rendezvous starts before readiness."""
+    meta = body["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": naming.service_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": labels(body, kind),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {naming.LABEL_RUN_UID: meta["uid"]},
+            "ports": [{"name": "rendezvous", "port": naming.TORCHRUN_PORT}],
+        },
+    }

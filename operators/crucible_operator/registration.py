@@ -1,0 +1,119 @@
+"""Tie a custom resource to its run in the control plane, and a namespace to its project.
+
+A resource applied with kubectl is registered by its uid (idempotent: a retried or repeated
+registration returns the same run). One the control plane created itself for a REST
+submission already has its run; registering it adopts that run. A namespace that no
+project maps to yet gets a project named after it, so kubectl users need no set-up.
+"""
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube import ApiError as KubeError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Secret
+
+from crucible.client import ApiError
+from crucible.domain.enums import Backend, Role
+from crucible.schemas.runs import RunPublic, RunSubmit
+from crucible.schemas.tenancy import ProjectCreate, TokenCreate
+from crucible_operator.context import OperatorContext
+
+
+class RegistrationRefused(Exception):
+    """The control plane refused the resource (a name taken by another run, a spec it
+    rejects): the resource is marked Failed with this message and left alone."""
+
+
+async def project_for(ctx: OperatorContext, namespace: str) -> str:
+    cached = ctx.projects.get(namespace)
+    if cached is not None:
+        return cached
+    page = await ctx.call(ctx.api.list_projects)
+    for project in page.items:
+        ctx.projects[project.namespace] = project.name
+    if namespace not in ctx.projects:
+        try:
+            project = await ctx.call(
+                ctx.api.create_project_from, ProjectCreate(name=namespace, namespace=namespace)
+            )
+            ctx.projects[namespace] = project.name
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            ctx.projects[namespace] = namespace  # created by someone else meanwhile
+    return ctx.projects[namespace]
+
+
+def manifest_of(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": dict(meta.get("labels") or {}),
+        },
+        "spec": dict(body.get("spec") or {}),
+    }
+
+
+async def register(ctx: OperatorContext, body: Mapping[str, Any]) -> RunPublic:
+    meta = body["metadata"]
+    project = await project_for(ctx, meta["namespace"])
+    try:
+        submission = RunSubmit.model_validate(
+            {
+                "project": project,
+                "manifest": manifest_of(body),
+                "backend": Backend.kubernetes,
+                "k8s_uid": meta["uid"],
+                "tags": {"namespace": meta["namespace"]},
+            }
+        )
+    except ValueError as exc:  # the CRD's schema let through what the API's models refuse
+        raise RegistrationRefused(f"the spec is invalid: {exc}") from exc
+    try:
+        return await ctx.call(ctx.api.submit_run, submission)
+    except ApiError as exc:
+        if exc.status in (409, 422):
+            raise RegistrationRefused(str(exc)) from exc
+        raise
+
+
+async def ensure_token_secret(ctx: OperatorContext, namespace: str, project: str) -> None:
+    """The Secret workload pods read CRUCIBLE_TOKEN from: a project-scoped editor token,
+    created once per namespace. The operator may read only Secrets of this one name."""
+    if namespace in ctx.token_secrets:
+        return
+    name = ctx.options.token_secret
+    try:
+        await ctx.kube.get(Secret, name, namespace=namespace)
+    except KeyError:
+        pass
+    except KubeError as exc:
+        if exc.status.code != 404:
+            raise
+        token = await ctx.call(
+            ctx.api.create_token,
+            TokenCreate(
+                name=f"workloads in namespace {namespace}", project=project, role=Role.editor
+            ),
+        )
+        secret = Secret(
+            metadata=ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels={"app.kubernetes.io/managed-by": "crucible-operator"},
+            ),
+            type="Opaque",
+            data={"token": base64.b64encode(token.token.encode()).decode()},
+        )
+        try:
+            await ctx.kube.create(secret)
+        except KubeError as create_error:
+            if create_error.status.code != 409:
+                raise
+    ctx.token_secrets.add(namespace)
