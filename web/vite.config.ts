@@ -1,9 +1,24 @@
-import { defineConfig } from 'vite';
+import { defineConfig, type ProxyOptions } from 'vite';
 
 // The dev server and `vite preview` forward /api to a running control plane, so the
 // dashboard can be developed (and tested) without the API serving the built files.
 const apiUrl = process.env.CRUCIBLE_API_URL ?? 'http://127.0.0.1:8080';
-const proxy = { '/api': { target: apiUrl, changeOrigin: true } };
+const proxy: Record<string, ProxyOptions> = {
+  '/api': {
+    target: apiUrl,
+    changeOrigin: true,
+    configure(server) {
+      // The proxy sends the response headers with the first body bytes, which for an event
+      // stream with nothing new is the server's keep-alive 15 s later; send them now (once
+      // the proxy has copied them, hence setImmediate) so the page knows it is connected.
+      server.on('proxyRes', (upstream, _request, response) => {
+        if (String(upstream.headers['content-type']).startsWith('text/event-stream')) {
+          setImmediate(() => response.flushHeaders());
+        }
+      });
+    },
+  },
+};
 
 export default defineConfig({
   base: '/',

@@ -43,9 +43,14 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
     return response.json()
 
 
+def _digest(n: int) -> str:
+    return f"sha256:{n:064x}"
+
+
 def _seed(server: LocalServer) -> dict[str, Any]:
-    """A training run preempted once and resumed, with two metrics, then a pending eval and
-    a sweep of newer runs that push the first two onto the runs table's second page."""
+    """A training run that reads a dataset, is preempted once and resumed, with two metrics
+    and two evaluated checkpoints; then a pending eval and a sweep of newer runs that push the
+    first two onto the runs table's second page, the newest two with loss curves to compare."""
     headers = {"Authorization": f"Bearer {server.token}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
 
@@ -61,10 +66,32 @@ def _seed(server: LocalServer) -> dict[str, Any]:
             return result
 
         run = submit("TrainingRun", "arith-sft", {"gpusPerNode": 2, "config": {"steps": STEPS}})
-        submit(
+        eval_run = submit(
             "EvalJob", "arith-sft-eval", {"checkpoint": {"run": "arith-sft"}, "suite": "heldout"}
         )
         rid = run["id"]
+        sums = {
+            "project": "default",
+            "name": "sums",
+            "uri": "file:///data/sums.jsonl",
+            "digest": _digest(1),
+            "record_count": 4000,
+        }
+        dataset = _call(client, "POST", "/datasets/versions", json=sums)
+        _call(client, "POST", f"/runs/{rid}/inputs", json={"dataset_version_id": dataset["id"]})
+
+        def checkpoint(step: int, attempt: int, accuracy: float) -> None:
+            body = {
+                "step": step,
+                "uri": f"file:///ckpt/{step}",
+                "digest": _digest(step),
+                "size_bytes": 3_200_000,
+                "attempt": attempt,
+            }
+            saved = _call(client, "POST", f"/runs/{rid}/checkpoints", json=body)
+            scores = {"accuracy": accuracy, "loss": 1 - accuracy}
+            result = {"checkpoint_id": saved["id"], "suite": "heldout", "scores": scores}
+            _call(client, "POST", "/evals", json={**result, "eval_run_id": eval_run["id"]})
 
         def phase(name: str, reason: str = "", message: str = "") -> None:
             report = {"phase": name, "reason": reason, "message": message}
@@ -84,6 +111,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         _call(client, "POST", f"/runs/{rid}/attempts", json={"reason": "initial"})
         phase("Running")
         log(0, 250)
+        checkpoint(200, 1, 0.222)
         phase("Interrupted", "Preempted", "node gpu-3 reclaimed")
         end = {"end_reason": "Preempted", "exit_code": 143}
         _call(client, "POST", f"/runs/{rid}/attempts/1/end", json=end)
@@ -92,8 +120,16 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         _call(client, "POST", f"/runs/{rid}/attempts", json={"reason": "preemption"})
         phase("Running")
         log(250, STEPS)
+        checkpoint(500, 2, 0.798)
         for index in range(NEWER_RUNS):
-            submit("TrainingRun", f"sweep-{index:02d}", {"config": {"lr": 10 ** -(index % 5)}})
+            lr = 10 ** -(index % 5)
+            sweep = submit("TrainingRun", f"sweep-{index:02d}", {"config": {"lr": lr}})
+            if index >= NEWER_RUNS - 2:
+                curve = [
+                    {"key": "train/loss", "step": s, "value": 2 * math.exp(-s / (index - 20))}
+                    for s in range(0, 300)
+                ]
+                _call(client, "POST", f"/runs/{sweep['id']}/metrics", json={"points": curve})
         seeded: dict[str, Any] = _call(client, "GET", f"/runs/{rid}")
         return seeded
 

@@ -14,6 +14,7 @@ const env = (name, fallback) => {
 const baseUrl = env('BASE_URL');
 const token = env('TOKEN');
 const runName = env('RUN_NAME');
+const runId = env('RUN_ID');
 const experimentName = env('EXPERIMENT_NAME', 'arithmetic');
 const latestStep = env('LATEST_STEP', '');
 const runPage = Number(env('RUN_PAGE', '1'));
@@ -115,7 +116,60 @@ try {
   check((await attempts.innerText()).includes('preemption'), 'the second attempt says why');
   const events = await page.getByRole('list', { name: 'Events' }).innerText();
   check(events.includes('Preempted'), 'the events timeline shows the preemption');
+  const bars = page.getByRole('list', { name: 'Attempt timeline' }).locator('li');
+  check((await bars.count()) === 2, 'the timeline draws a bar per attempt');
+  check(
+    (await bars.first().getAttribute('aria-label')).includes('ended: Preempted'),
+    'the first bar says the attempt was preempted',
+  );
+  const checkpoints = page.getByRole('table', { name: 'Checkpoints' });
+  const checkpointText = await checkpoints.innerText();
+  check(
+    (await checkpoints.locator('tbody tr').count()) === 2 && checkpointText.includes('heldout'),
+    'both checkpoints are listed with a heldout column',
+  );
+  check(checkpointText.includes('0.798'), 'the latest checkpoint shows its eval score');
+  check(
+    (await page.getByRole('definition').filter({ hasText: '%' }).count()) >= 1,
+    'the goodput is shown as a percentage',
+  );
+  check(
+    (await page.getByLabel('Spec as YAML').innerText()).includes('gpusPerNode: 2'),
+    'the spec is shown as YAML',
+  );
   await page.screenshot({ path: join(screenshots, 'run.png'), fullPage: true });
+
+  // Zoom: a drag across the chart asks the server for that step range at full detail.
+  const zoomed = page.waitForRequest((request) => request.url().includes('step_min='));
+  const over = page.locator('[data-testid="chart-train/loss"] .u-over');
+  const box = await over.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.2, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.4, box.y + box.height / 2, { steps: 5 });
+  await page.mouse.up();
+  const request = await zoomed;
+  const asked = new URL(request.url()).searchParams;
+  const low = Number(asked.get('step_min'));
+  const high = Number(asked.get('step_max'));
+  check(low > 0 && high > low && high < 600, `dragging zooms to steps ${low}-${high} from the server`);
+  await page.getByText(`Steps ${low}`).waitFor();
+  await page.getByRole('button', { name: 'Show all steps' }).click();
+  await page.getByText('All steps.').waitFor();
+  check(true, 'the zoom resets to every step');
+
+  // Live: an event the server records now reaches the open page over SSE, without a reload.
+  const waitedFrom = Date.now();
+  await page.getByRole('status').filter({ hasText: 'live' }).waitFor();
+  console.log(`# live after ${Date.now() - waitedFrom} ms`);
+  const saved = await fetch(`${baseUrl}/api/v1/runs/${runId}/checkpoints`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ step: 590, uri: 'file:///ckpt/590', digest: `sha256:${'5'.repeat(64)}`, size_bytes: 1 }),
+  });
+  check(saved.ok, 'a checkpoint is registered through the API while the page is open');
+  await page.getByRole('list', { name: 'Events' }).getByText('checkpoint at step 590 registered').waitFor();
+  await checkpoints.locator('tbody tr').nth(2).waitFor();
+  check(true, 'the new event and checkpoint appear on the open page');
 
   check(!page.url().includes(token), 'the token never appears in the URL');
   check(!consoleText.some((text) => text.includes(token)), 'the token never reaches the console');

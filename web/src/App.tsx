@@ -7,6 +7,7 @@ import { Project } from './pages/Project';
 import { Projects } from './pages/Projects';
 import { Run } from './pages/Run';
 import { SignIn } from './pages/SignIn';
+import { ThemePicker } from './components/ThemePicker';
 import { href, navigate, parseRoute, useHash } from './router';
 
 export function App() {
@@ -33,9 +34,12 @@ export function App() {
         <a className="brand" href={href.projects()}>
           Crucible
         </a>
-        <button type="button" className="link" onClick={signOut}>
-          Sign out
-        </button>
+        <nav aria-label="Account">
+          <ThemePicker />
+          <button type="button" className="link" onClick={signOut}>
+            Sign out
+          </button>
+        </nav>
       </header>
       <main>
         {route.page === 'projects' && <Projects />}

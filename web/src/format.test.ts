@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { age, orDash } from './format';
+import { age, bytes, duration, orDash, percent, score } from './format';
 
 describe('age', () => {
   const now = Date.parse('2026-01-10T12:00:00Z');
@@ -22,5 +22,25 @@ describe('orDash', () => {
     expect(orDash(null)).toBe('—');
     expect(orDash(undefined)).toBe('—');
     expect(orDash(0)).toBe('0');
+  });
+});
+
+describe('duration', () => {
+  it('picks units a person reads at a glance', () => {
+    expect(duration(12.4)).toBe('12s');
+    expect(duration(245)).toBe('4m 05s');
+    expect(duration(3720)).toBe('1h 02m');
+    expect(duration(-3)).toBe('0s');
+  });
+});
+
+describe('percent, bytes and score', () => {
+  it('formats with a dash for unknown values', () => {
+    expect(percent(0.8734)).toBe('87.3%');
+    expect(percent(null)).toBe('—');
+    expect(bytes(999)).toBe('999 B');
+    expect(bytes(1_234_567)).toBe('1.2 MB');
+    expect(score(0.798123)).toBe('0.7981');
+    expect(score(undefined)).toBe('—');
   });
 });

@@ -20,3 +20,32 @@ export function dateTime(iso: string | null | undefined): string {
 export function orDash(value: number | string | null | undefined): string {
   return value === null || value === undefined || value === '' ? '—' : String(value);
 }
+
+/** "1h 02m", "4m 05s", "12s": a span of seconds for people. */
+export function duration(seconds: number): string {
+  const s = Math.round(Math.max(0, seconds));
+  if (s >= 3600) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+  if (s >= 60) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
+  return `${s}s`;
+}
+
+export function percent(fraction: number | null | undefined): string {
+  return fraction === null || fraction === undefined ? '—' : `${(fraction * 100).toFixed(1)}%`;
+}
+
+/** "1.2 GB": a byte count in decimal units, as storage is billed. */
+export function bytes(count: number): string {
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let value = count;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${unit === 0 ? value : value.toFixed(1)} ${units[unit]}`;
+}
+
+/** A score with four significant digits, as the lineage labels show it. */
+export function score(value: number | undefined): string {
+  return value === undefined ? '—' : Number(value.toPrecision(4)).toString();
+}

@@ -5,6 +5,7 @@ import { createRoot } from 'react-dom/client';
 import { ApiError } from './api/client';
 import { App } from './App';
 import './styles.css';
+import './theme';
 
 const queryClient = new QueryClient({
   defaultOptions: {

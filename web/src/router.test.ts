@@ -10,15 +10,30 @@ describe('parseRoute', () => {
     expect(parseRoute('#/projects/3')).toEqual({ page: 'project', id: 3 });
     expect(parseRoute('#/experiments/12')).toEqual({ page: 'experiment', id: 12 });
     expect(parseRoute('#/runs/7')).toEqual({ page: 'run', id: 7 });
+    expect(parseRoute('#/checkpoints/9')).toEqual({ page: 'checkpoint', id: 9 });
+    expect(parseRoute('#/lineage/dataset_version/4')).toEqual({
+      page: 'lineage',
+      node: { type: 'dataset_version', id: 4 },
+    });
+    expect(parseRoute('#/compare?runs=3,5,3')).toEqual({ page: 'compare', runs: [3, 5] });
   });
 
   it('round-trips the links it builds', () => {
     expect(parseRoute(href.run(42))).toEqual({ page: 'run', id: 42 });
     expect(parseRoute(href.experiment(5))).toEqual({ page: 'experiment', id: 5 });
+    expect(parseRoute(href.checkpoint(8))).toEqual({ page: 'checkpoint', id: 8 });
+    expect(parseRoute(href.lineage('eval_result', 2))).toEqual({
+      page: 'lineage',
+      node: { type: 'eval_result', id: 2 },
+    });
+    expect(parseRoute(href.compare([1, 2]))).toEqual({ page: 'compare', runs: [1, 2] });
   });
 
   it('names an unknown or malformed path instead of guessing', () => {
     expect(parseRoute('#/runs/abc')).toEqual({ page: 'notFound', path: '/runs/abc' });
     expect(parseRoute('#/runs/7/extra')).toEqual({ page: 'notFound', path: '/runs/7/extra' });
+    expect(parseRoute('#/lineage/model/1')).toEqual({ page: 'notFound', path: '/lineage/model/1' });
+    expect(parseRoute('#/compare?runs=1,x')).toEqual({ page: 'notFound', path: '/compare?runs=1,x' });
+    expect(parseRoute('#/compare')).toEqual({ page: 'notFound', path: '/compare' });
   });
 });

@@ -1,5 +1,7 @@
 import { useSyncExternalStore } from 'react';
 
+import type { LineageNodeType } from './api/client';
+
 // A hash router: the dashboard is served as static files at `/`, so `#/runs/7` needs no
 // server-side fallback route.
 export type Route =
@@ -8,20 +10,40 @@ export type Route =
   | { page: 'project'; id: number }
   | { page: 'experiment'; id: number }
   | { page: 'run'; id: number }
+  | { page: 'checkpoint'; id: number }
+  | { page: 'lineage'; node: { type: LineageNodeType; id: number } }
+  | { page: 'compare'; runs: number[] }
   | { page: 'notFound'; path: string };
 
+const NODE_TYPES: readonly LineageNodeType[] = ['run', 'checkpoint', 'dataset_version', 'eval_result'];
+
+function isNodeType(value: string): value is LineageNodeType {
+  return (NODE_TYPES as readonly string[]).includes(value);
+}
+
 export function parseRoute(hash: string): Route {
-  const path = hash.replace(/^#/, '') || '/';
+  const [path = '/', search = ''] = (hash.replace(/^#/, '') || '/').split('?', 2);
   if (path === '/') return { page: 'projects' };
   if (path === '/signin') return { page: 'signin' };
-  const match = /^\/(projects|experiments|runs)\/(\d+)$/.exec(path);
+  const match = /^\/(projects|experiments|runs|checkpoints)\/(\d+)$/.exec(path);
   if (match) {
     const id = Number(match[2]);
     if (match[1] === 'projects') return { page: 'project', id };
     if (match[1] === 'experiments') return { page: 'experiment', id };
+    if (match[1] === 'checkpoints') return { page: 'checkpoint', id };
     return { page: 'run', id };
   }
-  return { page: 'notFound', path };
+  const lineage = /^\/lineage\/([a-z_]+)\/(\d+)$/.exec(path);
+  if (lineage?.[1] && isNodeType(lineage[1])) {
+    return { page: 'lineage', node: { type: lineage[1], id: Number(lineage[2]) } };
+  }
+  if (path === '/compare') {
+    const ids = (new URLSearchParams(search).get('runs') ?? '').split(',').filter(Boolean);
+    if (ids.length > 0 && ids.every((id) => /^\d+$/.test(id))) {
+      return { page: 'compare', runs: [...new Set(ids.map(Number))] };
+    }
+  }
+  return { page: 'notFound', path: search ? `${path}?${search}` : path };
 }
 
 export const href = {
@@ -30,6 +52,9 @@ export const href = {
   project: (id: number) => `#/projects/${id}`,
   experiment: (id: number) => `#/experiments/${id}`,
   run: (id: number) => `#/runs/${id}`,
+  checkpoint: (id: number) => `#/checkpoints/${id}`,
+  lineage: (type: LineageNodeType, id: number) => `#/lineage/${type}/${id}`,
+  compare: (runs: number[]) => `#/compare?runs=${runs.join(',')}`,
 };
 
 export function navigate(to: string): void {

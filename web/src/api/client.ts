@@ -10,6 +10,15 @@ export type RunEvent = Schemas['RunEventPublic'];
 export type Project = Schemas['ProjectPublic'];
 export type Experiment = Schemas['ExperimentPublic'];
 export type MetricSeries = Schemas['MetricSeriesPublic'];
+export type Checkpoint = Schemas['CheckpointPublic'];
+export type EvalResult = Schemas['EvalResultPublic'];
+export type RunGoodput = Schemas['RunGoodput'];
+export type LineageGraph = Schemas['LineageGraph'];
+export type LineageNode = Schemas['LineageNode'];
+export type LineageEdge = Schemas['LineageEdgePublic'];
+export type LineageNodeType = Schemas['NodeType'];
+export type Phase = Run['phase'];
+export type RunKind = Run['kind'];
 
 /** A failed API call, carrying the server's `detail` as the message. */
 export class ApiError extends Error {

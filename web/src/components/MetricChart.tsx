@@ -1,48 +1,20 @@
-import { useEffect, useRef } from 'react';
-import uPlot from 'uplot';
-import 'uplot/dist/uPlot.min.css';
+import { useMemo } from 'react';
+import type uPlot from 'uplot';
 
 import type { MetricSeries } from '../api/client';
+import { resolutionNote, type StepWindow } from '../lib/zoom';
+import { LineChart } from './LineChart';
 
-const HEIGHT = 220;
-
-/** One metric's curve against step, drawn on a canvas by uPlot. */
-export function MetricChart({ series }: { series: MetricSeries }) {
-  const container = useRef<HTMLDivElement>(null);
-
-  useEffect(() => {
-    const element = container.current;
-    if (!element) return;
-    const options: uPlot.Options = {
-      width: element.clientWidth || 600,
-      height: HEIGHT,
-      scales: { x: { time: false } },
-      legend: { show: true },
-      axes: [{ label: 'step' }, {}],
-      series: [{ label: 'step' }, { label: series.key, stroke: '#2563eb', width: 1.5 }],
-    };
-    const plot = new uPlot(options, [series.steps, series.values], element);
-    const resize = new ResizeObserver(() => {
-      plot.setSize({ width: element.clientWidth, height: HEIGHT });
-    });
-    resize.observe(element);
-    return () => {
-      resize.disconnect();
-      plot.destroy();
-    };
-  }, [series]);
-
+/** One metric's curve against step; dragging across it zooms every chart of the run. */
+export function MetricChart({ series, onZoom }: { series: MetricSeries; onZoom?: (window: StepWindow) => void }) {
+  const data = useMemo<uPlot.AlignedData>(() => [series.steps, series.values], [series]);
+  const labels = useMemo(() => [series.key], [series.key]);
   return (
     <figure className="chart">
       <figcaption>
-        <strong>{series.key}</strong>{' '}
-        <span className="muted">
-          {series.downsampled
-            ? `${series.steps.length.toLocaleString()} of ${series.total_points.toLocaleString()} points`
-            : `${series.total_points.toLocaleString()} points`}
-        </span>
+        <strong>{series.key}</strong> <span className="muted">{resolutionNote(series)}</span>
       </figcaption>
-      <div ref={container} data-testid={`chart-${series.key}`} />
+      <LineChart data={data} labels={labels} testId={`chart-${series.key}`} onZoom={onZoom} />
     </figure>
   );
 }

@@ -1,49 +1,70 @@
-import { useQuery } from '@tanstack/react-query';
+import { keepPreviousData, useQuery } from '@tanstack/react-query';
+import { useState } from 'react';
 
-import { api, unwrap, type Run as RunT } from '../api/client';
+import { api, unwrap, type Phase } from '../api/client';
 import { useExperiment, useProject } from '../api/queries';
+import { useRunEvents } from '../api/useRunEvents';
+import { AttemptTimeline } from '../components/AttemptTimeline';
+import { CheckpointsTable } from '../components/CheckpointsTable';
+import { GoodputSummary } from '../components/GoodputSummary';
 import { MetricChart } from '../components/MetricChart';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { dateTime, orDash } from '../format';
+import { toYaml } from '../lib/yaml';
+import type { StepWindow } from '../lib/zoom';
 import { href } from '../router';
 
-const TERMINAL: RunT['phase'][] = ['Succeeded', 'Failed', 'Cancelled'];
+export const TERMINAL: Phase[] = ['Succeeded', 'Failed', 'Cancelled'];
+// Points per series the server cuts each chart to; a zoom asks again for the same number
+// over fewer steps, so the detail grows as the window shrinks.
 const MAX_POINTS = 2000;
 
 export function Run({ id }: { id: number }) {
+  const path = { run_id: id };
   const run = useQuery({
     queryKey: ['run', id],
-    queryFn: async () =>
-      unwrap(await api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: id } } })),
-    // A finished run no longer changes; a live one is polled.
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}', { params: { path } })),
+    // A finished run no longer changes; a live one is polled for its latest step.
     refetchInterval: (query) =>
       query.state.data && TERMINAL.includes(query.state.data.phase) ? false : 5_000,
   });
-  const experimentId = run.data?.experiment_id;
-  const experiment = useExperiment(experimentId);
-  const projectId = run.data?.project_id;
-  const project = useProject(projectId);
+  const experiment = useExperiment(run.data?.experiment_id);
+  const project = useProject(run.data?.project_id);
   const live = run.data !== undefined && !TERMINAL.includes(run.data.phase);
-  const path = { run_id: id };
+  const { events, stream } = useRunEvents(id, live);
+  const [zoom, setZoom] = useState<StepWindow | null>(null);
+
   const attempts = useQuery({
     queryKey: ['attempts', id],
-    refetchInterval: live ? 5_000 : false,
     queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/attempts', { params: { path } })),
   });
-  const events = useQuery({
-    queryKey: ['events', id],
-    refetchInterval: live ? 5_000 : false,
+  const goodput = useQuery({
+    queryKey: ['goodput', id],
+    refetchInterval: live ? 15_000 : false,
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/goodput', { params: { path } })),
+  });
+  const checkpoints = useQuery({
+    queryKey: ['checkpoints', id],
     queryFn: async () =>
-      unwrap(await api.GET('/api/v1/runs/{run_id}/events', { params: { path, query: { limit: 500 } } })),
+      unwrap(await api.GET('/api/v1/runs/{run_id}/checkpoints', { params: { path, query: { limit: 500 } } })),
+  });
+  const evals = useQuery({
+    queryKey: ['evals', id],
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/evals', { params: { path } })),
   });
   const metrics = useQuery({
-    queryKey: ['metrics', id, MAX_POINTS],
+    queryKey: ['metrics', id, MAX_POINTS, zoom?.stepMin, zoom?.stepMax],
     refetchInterval: live ? 10_000 : false,
+    // The old curve stays up while the zoomed one loads, instead of a flash of "Loading".
+    placeholderData: keepPreviousData,
     queryFn: async () =>
       unwrap(
         await api.GET('/api/v1/runs/{run_id}/metrics', {
-          params: { path, query: { max_points: MAX_POINTS } },
+          params: {
+            path,
+            query: { max_points: MAX_POINTS, step_min: zoom?.stepMin, step_max: zoom?.stepMax },
+          },
         }),
       ),
   });
@@ -59,6 +80,11 @@ export function Run({ id }: { id: number }) {
       </nav>
       <h1>
         {r.name} <PhaseBadge phase={r.phase} />
+        {live && (
+          <span className={`live live-${stream}`} role="status">
+            {stream === 'live' ? 'live' : stream === 'reconnecting' ? 'reconnecting…' : 'connecting…'}
+          </span>
+        )}
       </h1>
       <dl className="facts">
         <dt>Kind</dt>
@@ -82,17 +108,38 @@ export function Run({ id }: { id: number }) {
             </dd>
           </>
         )}
+        <dt>Lineage</dt>
+        <dd>
+          <a href={href.lineage('run', r.id)}>Explore the graph around this run</a>
+        </dd>
       </dl>
 
       <section>
         <h2>Metrics</h2>
+        <div className="toolbar">
+          <span className="muted">
+            {zoom
+              ? `Steps ${zoom.stepMin.toLocaleString()}–${zoom.stepMax.toLocaleString()}`
+              : 'All steps. Drag across a chart to zoom in; the server sends that range at full detail.'}
+          </span>
+          {zoom && (
+            <button type="button" onClick={() => setZoom(null)}>
+              Show all steps
+            </button>
+          )}
+          {metrics.isFetching && metrics.isPlaceholderData && <span className="muted">Loading the zoomed range…</span>}
+        </div>
         {metrics.isPending && <Loading what="metrics" />}
         {metrics.isError && <ErrorBox error={metrics.error} />}
         {metrics.data?.series.length === 0 && (
-          <Empty>No metrics logged yet; they appear here as the workload reports them.</Empty>
+          <Empty>
+            {zoom
+              ? 'No points in this step range. Show all steps to go back.'
+              : 'No metrics logged yet; they appear here as the workload reports them (run.log in the SDK).'}
+          </Empty>
         )}
         <div className="charts">
-          {metrics.data?.series.map((series) => <MetricChart key={series.key} series={series} />)}
+          {metrics.data?.series.map((series) => <MetricChart key={series.key} series={series} onZoom={setZoom} />)}
         </div>
       </section>
 
@@ -100,32 +147,30 @@ export function Run({ id }: { id: number }) {
         <h2>Attempts</h2>
         {attempts.isPending && <Loading what="attempts" />}
         {attempts.isError && <ErrorBox error={attempts.error} />}
-        {attempts.data?.length === 0 && <Empty>No attempt has started yet.</Empty>}
-        {attempts.data && attempts.data.length > 0 && (
-          <table aria-label="Attempts">
-            <thead>
-              <tr>
-                <th className="num">#</th>
-                <th>Started because</th>
-                <th>Started</th>
-                <th>Ended</th>
-                <th>Ended because</th>
-                <th className="num">Exit code</th>
-              </tr>
-            </thead>
-            <tbody>
-              {attempts.data.map((attempt) => (
-                <tr key={attempt.id}>
-                  <td className="num">{attempt.number}</td>
-                  <td>{attempt.start_reason}</td>
-                  <td>{dateTime(attempt.started_at ?? attempt.created_at)}</td>
-                  <td>{dateTime(attempt.ended_at)}</td>
-                  <td title={attempt.message}>{orDash(attempt.end_reason)}</td>
-                  <td className="num">{orDash(attempt.exit_code)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+        {attempts.data?.length === 0 && (
+          <Empty>No attempt has started yet; the run is {r.phase}{r.message ? `: ${r.message}` : '.'}</Empty>
+        )}
+        {attempts.data && attempts.data.length > 0 && <AttemptTimeline attempts={attempts.data} goodput={goodput.data} />}
+      </section>
+
+      <section>
+        <h2>Goodput</h2>
+        {goodput.isPending && <Loading what="goodput" />}
+        {goodput.isError && <ErrorBox error={goodput.error} />}
+        {goodput.data && goodput.data.goodput === null && <Empty>Goodput is measured once an attempt has run.</Empty>}
+        {goodput.data && goodput.data.goodput !== null && <GoodputSummary goodput={goodput.data} />}
+      </section>
+
+      <section>
+        <h2>Checkpoints</h2>
+        {(checkpoints.isPending || evals.isPending) && <Loading what="checkpoints" />}
+        {checkpoints.isError && <ErrorBox error={checkpoints.error} />}
+        {evals.isError && <ErrorBox error={evals.error} />}
+        {checkpoints.data?.items.length === 0 && (
+          <Empty>No checkpoints yet. A workload saves them with the SDK&apos;s run.checkpoint(); each one is evaluated as it lands.</Empty>
+        )}
+        {checkpoints.data && checkpoints.data.items.length > 0 && evals.data && (
+          <CheckpointsTable checkpoints={checkpoints.data.items} evals={evals.data} />
         )}
       </section>
 
@@ -135,7 +180,7 @@ export function Run({ id }: { id: number }) {
         {events.isError && <ErrorBox error={events.error} />}
         {events.data?.length === 0 && <Empty>No events yet.</Empty>}
         {events.data && events.data.length > 0 && (
-          <ol className="timeline" aria-label="Events">
+          <ol className="timeline" aria-label="Events" aria-live="polite">
             {events.data.map((event) => (
               <li key={event.id}>
                 <time dateTime={event.created_at}>{dateTime(event.created_at)}</time>
@@ -147,6 +192,21 @@ export function Run({ id }: { id: number }) {
             ))}
           </ol>
         )}
+      </section>
+
+      <section>
+        <h2>Spec</h2>
+        <dl className="facts">
+          <dt>Spec digest</dt>
+          <dd>
+            <code>{r.spec_digest}</code>
+          </dd>
+          <dt>Code</dt>
+          <dd>{r.code_ref ? <code>{r.code_ref}</code> : '—'}</dd>
+        </dl>
+        <pre className="yaml" aria-label="Spec as YAML" tabIndex={0}>
+          {toYaml(r.manifest)}
+        </pre>
       </section>
     </>
   );
