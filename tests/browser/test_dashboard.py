@@ -25,7 +25,7 @@ WEB = Path(__file__).resolve().parents[2] / "web"
 CHROMIUM = "/usr/bin/chromium"
 API = "/api/v1"
 STEPS = 600
-NEWER_RUNS = 50  # the API's page size in the dashboard, so the seeded run lands on page 2
+NEWER_RUNS = 120  # more than the dashboard's page of 100, so the seeded run is on page 2
 
 
 def _require_tools() -> None:
@@ -126,7 +126,11 @@ def _seed(server: LocalServer) -> dict[str, Any]:
             sweep = submit("TrainingRun", f"sweep-{index:02d}", {"config": {"lr": lr}})
             if index >= NEWER_RUNS - 2:
                 curve = [
-                    {"key": "train/loss", "step": s, "value": 2 * math.exp(-s / (index - 20))}
+                    {
+                        "key": "train/loss",
+                        "step": s,
+                        "value": 2 * math.exp(-s / (30 * (index - NEWER_RUNS + 3))),
+                    }
                     for s in range(0, 300)
                 ]
                 _call(client, "POST", f"/runs/{sweep['id']}/metrics", json={"points": curve})
@@ -190,7 +194,7 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
                 "RUN_NAME": run["name"],
                 "EXPERIMENT_NAME": "arithmetic",
                 "LATEST_STEP": str(run["latest_step"]),
-                "RUN_PAGE": "2",
+                "COMPARE": f"sweep-{NEWER_RUNS - 1},sweep-{NEWER_RUNS - 2}",
                 "SCREENSHOT_DIR": str(screenshots),
                 "CHROMIUM": CHROMIUM,
             }
@@ -204,5 +208,5 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
             )
     print(e2e.stdout)
     assert e2e.returncode == 0, e2e.stdout + e2e.stderr
-    for name in ("experiment.png", "run.png"):
+    for name in ("experiment.png", "run.png", "compare.png"):
         assert (screenshots / name).stat().st_size > 10_000, f"{name} looks empty"

@@ -17,7 +17,7 @@ const runName = env('RUN_NAME');
 const runId = env('RUN_ID');
 const experimentName = env('EXPERIMENT_NAME', 'arithmetic');
 const latestStep = env('LATEST_STEP', '');
-const runPage = Number(env('RUN_PAGE', '1'));
+const compare = env('COMPARE', '').split(',').filter(Boolean);
 const screenshots = env('SCREENSHOT_DIR', join(tmpdir(), 'crucible-screenshots'));
 const executablePath = env('CHROMIUM', '/usr/bin/chromium');
 
@@ -69,29 +69,80 @@ try {
   await page.getByRole('link', { name: experimentName, exact: true }).click();
   const table = page.getByRole('table', { name: 'Runs' });
   await table.waitFor();
-  const headers = await table.locator('thead th').allInnerTexts();
+  const headers = (await table.locator('thead th').allInnerTexts()).map((text) => text.replace(/[▲▼]/g, '').trim());
   check(
     JSON.stringify(headers) ===
-      JSON.stringify(['Name', 'Kind', 'Phase', 'Attempt', 'GPUs', 'Latest step', 'Age']),
+      JSON.stringify(['Select', 'Name', 'Kind', 'Phase', 'Attempt', 'GPUs', 'Latest step', 'Age']),
     `the runs table has its columns (${headers.join(', ')})`,
   );
+  const bodyRows = table.locator('tbody tr:not(.spacer-row)');
   const runLink = page.getByRole('link', { name: runName, exact: true });
-  const row = table.locator('tbody tr').filter({ has: runLink });
-  // Newest first: older runs are reached through the API's cursor, one page at a time.
-  for (let turn = 1; turn < runPage; turn += 1) {
-    check((await table.locator('tbody tr').count()) === 50, `page ${turn} holds 50 runs`);
-    check((await row.count()) === 0, `${runName} is not on page ${turn}`);
-    await page.getByRole('button', { name: 'Older →' }).click();
-    await page.getByText(`Page ${turn + 1}`).waitFor();
+  const row = bodyRows.filter({ has: runLink });
+  // Newest first, one page of the API at a time: the seeded run is on the second page, which
+  // is fetched with the cursor when the table is scrolled near the end of the first.
+  await page.getByText('100 loaded, more as you scroll').waitFor();
+  const rendered = await bodyRows.count();
+  check(rendered > 10 && rendered < 60, `only the rows in view are in the DOM (${rendered} of 100)`);
+  check((await row.count()) === 0, `${runName} is not on the first page`);
+  const viewport = page.getByLabel('Runs, scrollable');
+  const nextPage = page.waitForRequest((request) => request.url().includes('cursor='));
+  await viewport.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+  await nextPage;
+  for (let turn = 0; turn < 20 && (await row.count()) === 0; turn += 1) {
+    await viewport.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+    await page.waitForTimeout(200);
   }
   await row.waitFor();
+  check(true, 'scrolling down fetches the next page with the cursor');
   const cells = await row.locator('td').allInnerTexts();
-  check(cells[0] === runName && cells[1] === 'train', `the run is listed as ${cells.join(' | ')}`);
-  check(cells[2] === 'Running' && cells[3] === '2', 'it shows its phase and attempt count');
-  if (latestStep) check(cells[5] === latestStep, `it shows the latest step ${latestStep}`);
-  check((await table.locator('tbody tr').count()) >= 2, 'the other runs are listed too');
-  await page.screenshot({ path: join(screenshots, 'experiment.png'), fullPage: true });
+  check(cells[1] === runName && cells[2] === 'train', `the run is listed as ${cells.join(' | ')}`);
+  check(cells[3] === 'Running' && cells[4] === '2', 'it shows its phase and attempt count');
+  if (latestStep) check(cells[6] === latestStep, `it shows the latest step ${latestStep}`);
 
+  // Filters and sorting are the server's: the eval job is the only run of its kind.
+  await page.getByLabel('Kind').selectOption('eval');
+  await page.getByText('1 run', { exact: true }).waitFor();
+  check((await bodyRows.allInnerTexts()).join().includes(`${runName}-eval`), 'filtering by kind leaves the eval job');
+  await page.getByRole('button', { name: 'Clear filters' }).click();
+  await page.getByRole('button', { name: 'Name' }).click();
+  await page.getByRole('columnheader', { name: 'Name' }).and(page.locator('[aria-sort="ascending"]')).waitFor();
+  await bodyRows.first().filter({ hasText: runName }).waitFor();
+  check(true, 'sorting by name puts the seeded run first');
+  await page.getByRole('button', { name: 'Age' }).click();
+  await bodyRows.first().filter({ hasText: compare[0] ?? 'sweep' }).waitFor();
+  await page.screenshot({ path: join(screenshots, 'experiment.png') });
+
+  if (compare.length > 0) {
+    for (const name of compare) await page.getByLabel(`Select ${name}`, { exact: true }).check();
+    await page.getByRole('button', { name: `Compare ${compare.length} runs` }).click();
+    await page.getByRole('heading', { name: `Compare ${compare.length} runs` }).waitFor();
+    const legend = page.getByRole('list', { name: 'Compared runs' });
+    for (const name of compare) await legend.getByRole('link', { name, exact: true }).waitFor();
+    check(true, 'the compare page names both runs');
+    const overlay = page.locator('[data-testid="compare-train/loss"] canvas');
+    await overlay.waitFor();
+    const ink = await overlay.evaluate((element) => {
+      const { data } = element.getContext('2d').getImageData(0, 0, element.width, element.height);
+      let painted = 0;
+      for (let i = 3; i < data.length; i += 4) if (data[i] > 0) painted += 1;
+      return painted;
+    });
+    check(ink > 500, `the overlaid loss curves have ink (${ink} pixels)`);
+    const chartLegend = await page.locator('[data-testid="compare-train/loss"] .u-legend').innerText();
+    check(compare.every((name) => chartLegend.includes(name)), 'the chart has a line per run');
+    const diff = page.getByRole('table', { name: 'Config diff' });
+    const lr = diff.locator('tbody tr').filter({ hasText: 'spec.config.lr' });
+    check((await lr.count()) === 1, 'the config diff shows the learning rate, which differs');
+    check(!(await diff.innerText()).includes('spec.gpusPerNode'), 'settings the runs share are hidden');
+    await page.screenshot({ path: join(screenshots, 'compare.png'), fullPage: true });
+    await page.goBack();
+    await table.waitFor();
+  }
+
+  for (let turn = 0; turn < 20 && (await row.count()) === 0; turn += 1) {
+    await viewport.evaluate((element) => element.scrollTo(0, element.scrollHeight));
+    await page.waitForTimeout(200);
+  }
   await row.getByRole('link', { name: runName, exact: true }).click();
   await page.getByRole('heading', { name: runName }).waitFor();
   await page.locator('[data-testid="chart-train/loss"] canvas').waitFor();

@@ -2,6 +2,7 @@ import { useQueryClient } from '@tanstack/react-query';
 import { useEffect } from 'react';
 
 import { clearToken, getToken } from './auth';
+import { Compare } from './pages/Compare';
 import { Experiment } from './pages/Experiment';
 import { Project } from './pages/Project';
 import { Projects } from './pages/Projects';
@@ -46,6 +47,7 @@ export function App() {
         {route.page === 'project' && <Project key={route.id} id={route.id} />}
         {route.page === 'experiment' && <Experiment key={route.id} id={route.id} />}
         {route.page === 'run' && <Run key={route.id} id={route.id} />}
+        {route.page === 'compare' && <Compare key={route.runs.join(',')} runIds={route.runs} />}
         {route.page === 'notFound' && (
           <p className="empty">
             Nothing at <code>{route.path}</code>. <a href={href.projects()}>Go to the projects</a>.

@@ -1,36 +1,86 @@
-import { keepPreviousData, useQuery } from '@tanstack/react-query';
-import { useState } from 'react';
+import { useInfiniteQuery } from '@tanstack/react-query';
+import { useEffect, useRef, useState, type UIEvent } from 'react';
 
-import { api, unwrap } from '../api/client';
+import { api, unwrap, type Phase, type RunKind } from '../api/client';
 import { useExperiment, useProject } from '../api/queries';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { age, orDash } from '../format';
-import { href } from '../router';
+import {
+  ariaSort,
+  DEFAULT_FILTERS,
+  KINDS,
+  PHASES,
+  runsQuery,
+  toggleSelected,
+  toggleSort,
+  type RunFilters,
+  type SortKey,
+} from '../lib/runFilters';
+import { needsMore, visibleRows } from '../lib/virtual';
+import { href, navigate } from '../router';
 
-const PAGE_SIZE = 50;
+const PAGE_SIZE = 100;
+const ROW_HEIGHT = 37; // px; styles.css gives .runs rows this height so the arithmetic holds
+const VIEWPORT_HEIGHT = 640;
 
 export function Experiment({ id }: { id: number }) {
-  // cursors[i] fetches page i; the API hands out the next one with each page.
-  const [cursors, setCursors] = useState<(string | undefined)[]>([undefined]);
-  const page = cursors.length - 1;
-
   const experiment = useExperiment(id);
   const project = useProject(experiment.data?.project_id);
-  const runs = useQuery({
-    queryKey: ['runs', id, cursors[page]],
-    placeholderData: keepPreviousData,
-    refetchInterval: 10_000,
-    queryFn: async () =>
+  const [filters, setFilters] = useState<RunFilters>(DEFAULT_FILTERS);
+  const [selected, setSelected] = useState<number[]>([]);
+  const [scrollTop, setScrollTop] = useState(0);
+  const viewport = useRef<HTMLDivElement>(null);
+
+  // Pages come from the API's cursor as the table is scrolled; only the rows in view are in
+  // the DOM, so 10,000 runs cost what 40 do.
+  const runs = useInfiniteQuery({
+    queryKey: ['runs', id, filters],
+    // Refetching re-reads every loaded page, so only a table scrolled a little way stays live.
+    refetchInterval: (query) => ((query.state.data?.pages.length ?? 0) <= 2 ? 15_000 : false),
+    queryFn: async ({ pageParam }: { pageParam: string | undefined }) =>
       unwrap(
         await api.GET('/api/v1/runs', {
-          params: { query: { experiment_id: id, cursor: cursors[page], limit: PAGE_SIZE } },
+          params: { query: { ...runsQuery(id, filters), cursor: pageParam, limit: PAGE_SIZE } },
         }),
       ),
+    initialPageParam: undefined as string | undefined,
+    getNextPageParam: (last) => last.next_cursor ?? undefined,
   });
 
+  const rows = runs.data?.pages.flatMap((page) => page.items) ?? [];
+  const { start, end } = visibleRows(scrollTop, VIEWPORT_HEIGHT, ROW_HEIGHT, rows.length);
+  const { hasNextPage, isFetchingNextPage, fetchNextPage } = runs;
+  const wantMore = needsMore(end, rows.length);
+
+  useEffect(() => {
+    if (wantMore && hasNextPage && !isFetchingNextPage) void fetchNextPage();
+  }, [wantMore, hasNextPage, isFetchingNextPage, fetchNextPage]);
+
+  function change(next: RunFilters) {
+    setFilters(next);
+    setScrollTop(0);
+    viewport.current?.scrollTo({ top: 0 });
+  }
+
+  function onScroll(event: UIEvent<HTMLDivElement>) {
+    setScrollTop(event.currentTarget.scrollTop);
+  }
+
+  function header(label: string, sort: SortKey, className?: string) {
+    const order = ariaSort(filters, sort);
+    return (
+      <th aria-sort={order} className={className}>
+        <button type="button" className="sort" onClick={() => change(toggleSort(filters, sort))}>
+          {label}
+          <span aria-hidden="true">{order === 'ascending' ? ' ▲' : order === 'descending' ? ' ▼' : ''}</span>
+        </button>
+      </th>
+    );
+  }
+
   if (experiment.isError) return <ErrorBox error={experiment.error} />;
-  const nextCursor = runs.data?.next_cursor;
+  const filtered = filters.phase !== '' || filters.kind !== '';
   return (
     <>
       <nav className="crumbs">
@@ -44,64 +94,117 @@ export function Experiment({ id }: { id: number }) {
       </nav>
       <h1>{experiment.data?.name ?? 'Experiment'}</h1>
       {experiment.data?.description && <p>{experiment.data.description}</p>}
+
+      <div className="toolbar" role="search" aria-label="Filter runs">
+        <label>
+          Phase
+          <select value={filters.phase} onChange={(event) => change({ ...filters, phase: event.target.value as Phase | '' })}>
+            <option value="">any</option>
+            {PHASES.map((phase) => (
+              <option key={phase}>{phase}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Kind
+          <select value={filters.kind} onChange={(event) => change({ ...filters, kind: event.target.value as RunKind | '' })}>
+            <option value="">any</option>
+            {KINDS.map((kind) => (
+              <option key={kind}>{kind}</option>
+            ))}
+          </select>
+        </label>
+        {filtered && (
+          <button type="button" className="link" onClick={() => change({ ...DEFAULT_FILTERS, sort: filters.sort, descending: filters.descending })}>
+            Clear filters
+          </button>
+        )}
+        <span className="spacer" />
+        <span className="muted" role="status">
+          {rows.length.toLocaleString()} {hasNextPage ? 'loaded, more as you scroll' : rows.length === 1 ? 'run' : 'runs'}
+        </span>
+        <button type="button" disabled={selected.length < 2} onClick={() => navigate(href.compare(selected))}>
+          Compare {selected.length > 0 ? `${selected.length} ` : ''}runs
+        </button>
+        {selected.length > 0 && (
+          <button type="button" className="link" onClick={() => setSelected([])}>
+            Clear selection
+          </button>
+        )}
+      </div>
+
       {runs.isPending && <Loading what="runs" />}
       {runs.isError && <ErrorBox error={runs.error} />}
-      {runs.data?.items.length === 0 && page === 0 && (
+      {runs.isSuccess && rows.length === 0 && (
         <Empty>
-          No runs in this experiment yet. Submit one with <code>crucible submit run.yaml</code>.
+          {filtered ? (
+            <>No runs match these filters. Clear them to see every run of the experiment.</>
+          ) : (
+            <>
+              No runs in this experiment yet. Submit one with <code>crucible submit run.yaml</code>.
+            </>
+          )}
         </Empty>
       )}
-      {runs.data && runs.data.items.length > 0 && (
-        <table className="runs" aria-label="Runs">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Kind</th>
-              <th>Phase</th>
-              <th className="num">Attempt</th>
-              <th className="num">GPUs</th>
-              <th className="num">Latest step</th>
-              <th className="num">Age</th>
-            </tr>
-          </thead>
-          <tbody>
-            {runs.data.items.map((run) => (
-              <tr key={run.id}>
-                <td>
-                  <a href={href.run(run.id)}>{run.name}</a>
-                </td>
-                <td>{run.kind}</td>
-                <td>
-                  <PhaseBadge phase={run.phase} />
-                </td>
-                <td className="num">{run.attempt_count}</td>
-                <td className="num">{run.gpus}</td>
-                <td className="num">{orDash(run.latest_step)}</td>
-                <td className="num" title={run.created_at}>
-                  {age(run.created_at)}
-                </td>
+      {rows.length > 0 && (
+        <div
+          className="table-viewport"
+          ref={viewport}
+          onScroll={onScroll}
+          style={{ maxHeight: VIEWPORT_HEIGHT }}
+          tabIndex={0}
+          aria-label="Runs, scrollable"
+        >
+          <table className="runs" aria-label="Runs" aria-rowcount={hasNextPage ? -1 : rows.length + 1}>
+            <thead>
+              <tr>
+                <th>
+                  <span className="visually-hidden">Select</span>
+                </th>
+                {header('Name', 'name')}
+                <th>Kind</th>
+                {header('Phase', 'phase')}
+                <th className="num">Attempt</th>
+                <th className="num">GPUs</th>
+                <th className="num">Latest step</th>
+                {header('Age', 'created_at', 'num')}
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {start > 0 && <tr className="spacer-row" style={{ height: start * ROW_HEIGHT }} aria-hidden="true" />}
+              {rows.slice(start, end).map((run, offset) => (
+                <tr key={run.id} aria-rowindex={start + offset + 2} className={selected.includes(run.id) ? 'selected' : undefined}>
+                  <td>
+                    <input
+                      type="checkbox"
+                      aria-label={`Select ${run.name}`}
+                      checked={selected.includes(run.id)}
+                      onChange={() => setSelected((current) => toggleSelected(current, run.id))}
+                    />
+                  </td>
+                  <td>
+                    <a href={href.run(run.id)}>{run.name}</a>
+                  </td>
+                  <td>{run.kind}</td>
+                  <td>
+                    <PhaseBadge phase={run.phase} />
+                  </td>
+                  <td className="num">{run.attempt_count}</td>
+                  <td className="num">{run.gpus}</td>
+                  <td className="num">{orDash(run.latest_step)}</td>
+                  <td className="num" title={run.created_at}>
+                    {age(run.created_at)}
+                  </td>
+                </tr>
+              ))}
+              {end < rows.length && (
+                <tr className="spacer-row" style={{ height: (rows.length - end) * ROW_HEIGHT }} aria-hidden="true" />
+              )}
+            </tbody>
+          </table>
+          {isFetchingNextPage && <Loading what="more runs" />}
+        </div>
       )}
-      <div className="pager">
-        <button
-          type="button"
-          disabled={page === 0}
-          onClick={() => setCursors((stack) => stack.slice(0, -1))}
-        >
-          ← Newer
-        </button>
-        <span className="muted">Page {page + 1}</span>
-        <button
-          type="button"
-          disabled={!nextCursor || runs.isPlaceholderData}
-          onClick={() => nextCursor && setCursors((stack) => [...stack, nextCursor])}
-        >
-          Older →
-        </button>
-      </div>
     </>
   );
 }
