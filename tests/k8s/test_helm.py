@@ -443,7 +443,10 @@ def test_install_runs_the_migration_hook_first_then_everything_is_ready(installe
     assert env["CRUCIBLE_ADMIN_TOKEN"] == {"name": "admin", "key": "admin-token"}
     assert env["CRUCIBLE_DATABASE_URL"] == {"name": "crucible", "key": "database-url"}
     operator = deployments["operator"]["spec"]["template"]["spec"]["containers"][0]
-    assert operator["args"][-2:] == ["--peering", ns]
+    args = operator["args"]
+    assert args[0] == "operator"
+    assert args[args.index("--peering") + 1] == ns
+    assert args[args.index("--token-secret") + 1] == "crucible-workload-token"
     assert operator["livenessProbe"]["httpGet"]["port"] == "health"
 
 
@@ -461,10 +464,12 @@ OPERATOR_ALLOWED: dict[str, set[str]] = {
     "namespaces": {"get", "list", "watch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "clusterkopfpeerings.kopf.dev": {"get", "list", "watch", "patch"},
+    # Only create: reading is allowed for the workload token's name alone (checked below),
+    # and an admission policy limits what it may create.
+    "secrets": {"create"},
 }
 # What a compromised operator must not reach.
 NOTHING_ALLOWED = (
-    "secrets",
     "configmaps",
     "serviceaccounts",
     "pods/exec",
@@ -480,9 +485,10 @@ NOTHING_ALLOWED = (
 )
 
 
-def can_i(sa: str, verb: str, resource: str, namespace: str | None) -> bool:
+def can_i(sa: str, verb: str, resource: str, namespace: str | None, name: str = "") -> bool:
+    """`kubectl auth can-i` as the ServiceAccount; resource may carry a /subresource."""
     resource, _, subresource = resource.partition("/")
-    args = ["auth", "can-i", verb, resource, f"--as={sa}"]
+    args = ["auth", "can-i", verb, f"{resource}/{name}" if name else resource, f"--as={sa}"]
     args += [f"--subresource={subresource}"] if subresource else []
     args += ["-n", namespace] if namespace else ["--all-namespaces"]
     answer = h.kubectl_result(*args).stdout.strip()
@@ -558,6 +564,8 @@ def test_operator_may_do_exactly_what_it_needs(installed: Release) -> None:
     # The headline answers through `kubectl auth can-i --as`, as an administrator would ask.
     assert not can_i(sa, "get", "secrets", None), "the operator must not read Secrets anywhere"
     assert not can_i(sa, "list", "secrets", "default")
+    assert not can_i(sa, "get", "secrets", "default", name="postgres-credentials")
+    assert can_i(sa, "get", "secrets", "default", name="crucible-workload-token")
     assert can_i(sa, "create", "pods", "default")
     assert can_i(sa, "patch", "trainingruns.crucible.dev/status", "default")
     assert not can_i(sa, "create", "trainingruns.crucible.dev", "default")
@@ -575,6 +583,45 @@ def test_operator_may_do_exactly_what_it_needs(installed: Release) -> None:
         if got
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_operator_may_create_only_the_workload_token_secret(installed: Release) -> None:
+    sa = f"system:serviceaccount:{installed.namespace}:crucible-operator"
+
+    def create_as_operator(name: str, type_: str = "Opaque", **annotations: str) -> str:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "annotations": annotations},
+            "type": type_,
+            "data": {"token": "dG9rZW4="},
+        }
+        proc = h.kubectl_result(
+            "create",
+            "--dry-run=server",
+            f"--as={sa}",
+            "-n",
+            installed.namespace,
+            "-f",
+            "-",
+            input=json.dumps(secret),
+        )
+        return proc.stdout + proc.stderr
+
+    # The policy takes a moment to be loaded after the install.
+    denied = h.wait_for(
+        lambda: "may only create" in (out := create_as_operator("db-credentials")) and out,
+        timeout=30,
+        message="the admission policy to deny a Secret of another name",
+    )
+    assert 'not Opaque Secret "db-credentials"' in denied
+    stolen = create_as_operator(
+        "crucible-workload-token",
+        "kubernetes.io/service-account-token",
+        **{"kubernetes.io/service-account.name": "default"},
+    )
+    assert "may only create the Opaque Secret" in stolen
+    assert "created (server dry run)" in create_as_operator("crucible-workload-token")
 
 
 def test_control_plane_and_workers_may_only_touch_runs(installed: Release) -> None:
