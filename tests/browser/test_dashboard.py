@@ -208,5 +208,5 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
             )
     print(e2e.stdout)
     assert e2e.returncode == 0, e2e.stdout + e2e.stderr
-    for name in ("experiment.png", "run.png", "compare.png"):
+    for name in ("experiment.png", "run.png", "compare.png", "lineage.png", "checkpoint.png"):
         assert (screenshots / name).stat().st_size > 10_000, f"{name} looks empty"

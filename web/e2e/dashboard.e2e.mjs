@@ -222,6 +222,41 @@ try {
   await checkpoints.locator('tbody tr').nth(2).waitFor();
   check(true, 'the new event and checkpoint appear on the open page');
 
+  // The lineage explorer around the step-500 checkpoint: the run that wrote it, the dataset
+  // that run read, and its eval, laid out as a graph.
+  await page.getByRole('link', { name: 'Lineage of step 500' }).click();
+  await page.getByRole('heading', { name: /^Lineage of checkpoint/ }).waitFor();
+  const graph = page.getByTestId('lineage-graph');
+  await graph.locator('.react-flow__node').first().waitFor();
+  await graph.locator('.react-flow__edge').first().waitFor();
+  const nodeCount = await graph.locator('.react-flow__node').count();
+  const edgeCount = await graph.locator('.react-flow__edge').count();
+  check(nodeCount >= 5 && edgeCount >= 4, `the graph has ${nodeCount} nodes and ${edgeCount} edges`);
+  const labels = await graph.locator('.react-flow__node').allInnerTexts();
+  console.log(`# graph nodes: ${labels.map((text) => text.replace(/\s+/g, ' ')).join(' | ')}`);
+  for (const expected of [`${runName} step 500`, 'sums@1', 'heldout: accuracy=0.798']) {
+    check(labels.some((text) => text.includes(expected)), `the graph shows ${expected}`);
+  }
+  await page.screenshot({ path: join(screenshots, 'lineage.png') });
+  await graph.locator('.react-flow__node').filter({ hasText: 'sums@1' }).click();
+  await page.getByRole('heading', { name: 'Lineage of dataset sums@1' }).waitFor();
+  check(page.url().includes('#/lineage/dataset_version/'), 'clicking a node moves the explorer to it');
+  await graph.locator('.react-flow__node').filter({ hasText: runName }).first().waitFor();
+  check(true, 'the dataset shows the run that read it');
+
+  await page.goto(`${baseUrl}/#/runs/${runId}`);
+  await page.getByRole('table', { name: 'Checkpoints' }).getByRole('link', { name: '500', exact: true }).click();
+  await page.getByRole('heading', { name: `${runName} · step 500` }).waitFor();
+  const upstream = page.getByRole('region', { name: 'Upstream' });
+  await upstream.getByRole('link', { name: 'sums@1' }).waitFor();
+  check((await upstream.innerText()).includes('sha256:'), 'the checkpoint page lists its dataset with the digest');
+  check(
+    (await page.getByRole('table', { name: 'Eval scores' }).innerText()).includes('0.798'),
+    'the checkpoint page shows its eval scores',
+  );
+  await page.getByTestId('lineage-graph').locator('.react-flow__node').first().waitFor();
+  await page.screenshot({ path: join(screenshots, 'checkpoint.png'), fullPage: true });
+
   check(!page.url().includes(token), 'the token never appears in the URL');
   check(!consoleText.some((text) => text.includes(token)), 'the token never reaches the console');
 

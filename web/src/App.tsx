@@ -1,15 +1,21 @@
 import { useQueryClient } from '@tanstack/react-query';
-import { useEffect } from 'react';
+import { lazy, Suspense, useEffect } from 'react';
 
 import { clearToken, getToken } from './auth';
+import { Loading } from './components/states';
+import { ThemePicker } from './components/ThemePicker';
 import { Compare } from './pages/Compare';
 import { Experiment } from './pages/Experiment';
 import { Project } from './pages/Project';
 import { Projects } from './pages/Projects';
 import { Run } from './pages/Run';
 import { SignIn } from './pages/SignIn';
-import { ThemePicker } from './components/ThemePicker';
 import { href, navigate, parseRoute, useHash } from './router';
+
+// The graph pages carry React Flow and dagre; loaded when first opened, so the runs table and
+// the run page do not wait for them.
+const Checkpoint = lazy(() => import('./pages/Checkpoint').then((m) => ({ default: m.Checkpoint })));
+const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.Lineage })));
 
 export function App() {
   const route = parseRoute(useHash());
@@ -43,16 +49,20 @@ export function App() {
         </nav>
       </header>
       <main>
-        {route.page === 'projects' && <Projects />}
-        {route.page === 'project' && <Project key={route.id} id={route.id} />}
-        {route.page === 'experiment' && <Experiment key={route.id} id={route.id} />}
-        {route.page === 'run' && <Run key={route.id} id={route.id} />}
-        {route.page === 'compare' && <Compare key={route.runs.join(',')} runIds={route.runs} />}
-        {route.page === 'notFound' && (
-          <p className="empty">
-            Nothing at <code>{route.path}</code>. <a href={href.projects()}>Go to the projects</a>.
-          </p>
-        )}
+        <Suspense fallback={<Loading what="the page" />}>
+          {route.page === 'projects' && <Projects />}
+          {route.page === 'project' && <Project key={route.id} id={route.id} />}
+          {route.page === 'experiment' && <Experiment key={route.id} id={route.id} />}
+          {route.page === 'run' && <Run key={route.id} id={route.id} />}
+          {route.page === 'checkpoint' && <Checkpoint key={route.id} id={route.id} />}
+          {route.page === 'lineage' && <Lineage node={route.node} />}
+          {route.page === 'compare' && <Compare key={route.runs.join(',')} runIds={route.runs} />}
+          {route.page === 'notFound' && (
+            <p className="empty">
+              Nothing at <code>{route.path}</code>. <a href={href.projects()}>Go to the projects</a>.
+            </p>
+          )}
+        </Suspense>
       </main>
     </>
   );
