@@ -103,6 +103,9 @@ try {
   await page.getByLabel('Kind').selectOption('eval');
   await page.getByText('1 run', { exact: true }).waitFor();
   check((await bodyRows.allInnerTexts()).join().includes(`${runName}-eval`), 'filtering by kind leaves the eval job');
+  await page.getByLabel('Phase').selectOption('Failed');
+  await page.getByText('No runs match these filters').waitFor();
+  check(true, 'a filter that matches nothing says how to get the runs back');
   await page.getByRole('button', { name: 'Clear filters' }).click();
   await page.getByRole('button', { name: 'Name' }).click();
   await page.getByRole('columnheader', { name: 'Name' }).and(page.locator('[aria-sort="ascending"]')).waitFor();
@@ -207,6 +210,28 @@ try {
   await page.getByRole('button', { name: 'Show all steps' }).click();
   await page.getByText('All steps.').waitFor();
   check(true, 'the zoom resets to every step');
+
+  // The keyboard's zoom: type the steps instead of dragging.
+  const typed = page.waitForRequest((request) => request.url().includes('step_min=100&step_max=200'));
+  await page.getByLabel('From step').fill('100');
+  await page.getByLabel('to', { exact: true }).fill('200');
+  await page.getByLabel('to', { exact: true }).press('Enter');
+  await typed;
+  await page.getByText('Steps 100–200').waitFor();
+  check(true, 'typing a step range zooms the charts to it');
+  await page.getByRole('button', { name: 'Show all steps' }).click();
+
+  // Dark theme: picked in the header, applied at once, charts redrawn in its colours.
+  await page.getByLabel('Theme').selectOption('dark');
+  const background = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+  check(
+    (await page.evaluate(() => document.documentElement.dataset.theme)) === 'dark' &&
+      background === 'rgb(13, 17, 23)',
+    `the dark theme applies (${background})`,
+  );
+  await page.locator('[data-testid="chart-train/loss"] canvas').waitFor();
+  await page.screenshot({ path: join(screenshots, 'run-dark.png') });
+  await page.getByLabel('Theme').selectOption('light');
 
   // Live: an event the server records now reaches the open page over SSE, without a reload.
   const waitedFrom = Date.now();

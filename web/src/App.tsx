@@ -37,6 +37,9 @@ export function App() {
   // Keyed by id so moving between two experiments starts each at its first page.
   return (
     <>
+      <button type="button" className="skip" onClick={() => document.getElementById('main')?.focus()}>
+        Skip to content
+      </button>
       <header className="topbar">
         <a className="brand" href={href.projects()}>
           Crucible
@@ -48,7 +51,7 @@ export function App() {
           </button>
         </nav>
       </header>
-      <main>
+      <main id="main" tabIndex={-1}>
         <Suspense fallback={<Loading what="the page" />}>
           {route.page === 'projects' && <Projects />}
           {route.page === 'project' && <Project key={route.id} id={route.id} />}

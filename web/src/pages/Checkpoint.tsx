@@ -58,7 +58,7 @@ export function Checkpoint({ id }: { id: number }) {
   });
 
   if (checkpoint.isPending) return <Loading what="the checkpoint" />;
-  if (checkpoint.isError) return <ErrorBox error={checkpoint.error} />;
+  if (checkpoint.isError) return <ErrorBox error={checkpoint.error} retry={() => void checkpoint.refetch()} />;
   const c = checkpoint.data;
   const r = run.data;
   const near = checkpointNeighbours(upstream.data, downstream.data);
@@ -106,7 +106,7 @@ export function Checkpoint({ id }: { id: number }) {
       <section>
         <h2>Eval scores</h2>
         {evals.isPending && <Loading what="eval scores" />}
-        {evals.isError && <ErrorBox error={evals.error} />}
+        {evals.isError && <ErrorBox error={evals.error} retry={() => void evals.refetch()} />}
         {evals.data?.length === 0 && (
           <Empty>No eval has scored this checkpoint yet. The eval trigger starts an EvalJob for each new checkpoint of a run with evals in its spec.</Empty>
         )}
@@ -141,7 +141,7 @@ export function Checkpoint({ id }: { id: number }) {
       <div className="two-columns">
         <section aria-label="Upstream">
           <h2>Made from</h2>
-          {upstream.isError && <ErrorBox error={upstream.error} />}
+          {upstream.isError && <ErrorBox error={upstream.error} retry={() => void upstream.refetch()} />}
           {upstream.isPending && <Loading what="upstream lineage" />}
           <dl className="facts">
             <dt>Datasets</dt>
@@ -162,7 +162,7 @@ export function Checkpoint({ id }: { id: number }) {
         </section>
         <section aria-label="Downstream">
           <h2>Made from it</h2>
-          {downstream.isError && <ErrorBox error={downstream.error} />}
+          {downstream.isError && <ErrorBox error={downstream.error} retry={() => void downstream.refetch()} />}
           {downstream.isPending && <Loading what="downstream lineage" />}
           <dl className="facts">
             <dt>Evals</dt>
@@ -183,7 +183,7 @@ export function Checkpoint({ id }: { id: number }) {
 
       <section>
         <h2>Graph</h2>
-        {around.isError && <ErrorBox error={around.error} />}
+        {around.isError && <ErrorBox error={around.error} retry={() => void around.refetch()} />}
         {around.data && <LineageView graph={around.data} height={380} onOpen={(next) => navigate(href.lineage(next.type, next.id))} />}
       </section>
     </>

@@ -79,7 +79,7 @@ export function Experiment({ id }: { id: number }) {
     );
   }
 
-  if (experiment.isError) return <ErrorBox error={experiment.error} />;
+  if (experiment.isError) return <ErrorBox error={experiment.error} retry={() => void experiment.refetch()} />;
   const filtered = filters.phase !== '' || filters.kind !== '';
   return (
     <>
@@ -134,7 +134,7 @@ export function Experiment({ id }: { id: number }) {
       </div>
 
       {runs.isPending && <Loading what="runs" />}
-      {runs.isError && <ErrorBox error={runs.error} />}
+      {runs.isError && <ErrorBox error={runs.error} retry={() => void runs.refetch()} />}
       {runs.isSuccess && rows.length === 0 && (
         <Empty>
           {filtered ? (

@@ -58,7 +58,7 @@ export function Lineage({ node }: { node: { type: LineageNodeType; id: number } 
         <span className="muted">Click a node to centre the graph on it.</span>
       </div>
       {graph.isPending && <Loading what="the lineage graph" />}
-      {graph.isError && <ErrorBox error={graph.error} />}
+      {graph.isError && <ErrorBox error={graph.error} retry={() => void graph.refetch()} />}
       {graph.data?.truncated && (
         <p className="error" role="alert">
           The graph has more than 5,000 nodes at this depth and was cut short; pick fewer hops.

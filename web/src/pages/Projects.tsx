@@ -14,7 +14,7 @@ export function Projects() {
     <>
       <h1>Projects</h1>
       {projects.isPending && <Loading what="projects" />}
-      {projects.isError && <ErrorBox error={projects.error} />}
+      {projects.isError && <ErrorBox error={projects.error} retry={() => void projects.refetch()} />}
       {projects.data?.items.length === 0 && (
         <Empty>No projects yet. Create one with <code>crucible project create NAME</code>.</Empty>
       )}

@@ -10,6 +10,7 @@ import { GoodputSummary } from '../components/GoodputSummary';
 import { MetricChart } from '../components/MetricChart';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { Empty, ErrorBox, Loading } from '../components/states';
+import { StepRangeForm } from '../components/StepRangeForm';
 import { dateTime, orDash } from '../format';
 import { toYaml } from '../lib/yaml';
 import type { StepWindow } from '../lib/zoom';
@@ -70,7 +71,7 @@ export function Run({ id }: { id: number }) {
   });
 
   if (run.isPending) return <Loading what="the run" />;
-  if (run.isError) return <ErrorBox error={run.error} />;
+  if (run.isError) return <ErrorBox error={run.error} retry={() => void run.refetch()} />;
   const r = run.data;
   return (
     <>
@@ -128,9 +129,11 @@ export function Run({ id }: { id: number }) {
             </button>
           )}
           {metrics.isFetching && metrics.isPlaceholderData && <span className="muted">Loading the zoomed range…</span>}
+          <span className="spacer" />
+          <StepRangeForm onZoom={setZoom} />
         </div>
         {metrics.isPending && <Loading what="metrics" />}
-        {metrics.isError && <ErrorBox error={metrics.error} />}
+        {metrics.isError && <ErrorBox error={metrics.error} retry={() => void metrics.refetch()} />}
         {metrics.data?.series.length === 0 && (
           <Empty>
             {zoom
@@ -146,7 +149,7 @@ export function Run({ id }: { id: number }) {
       <section>
         <h2>Attempts</h2>
         {attempts.isPending && <Loading what="attempts" />}
-        {attempts.isError && <ErrorBox error={attempts.error} />}
+        {attempts.isError && <ErrorBox error={attempts.error} retry={() => void attempts.refetch()} />}
         {attempts.data?.length === 0 && (
           <Empty>No attempt has started yet; the run is {r.phase}{r.message ? `: ${r.message}` : '.'}</Empty>
         )}
@@ -156,7 +159,7 @@ export function Run({ id }: { id: number }) {
       <section>
         <h2>Goodput</h2>
         {goodput.isPending && <Loading what="goodput" />}
-        {goodput.isError && <ErrorBox error={goodput.error} />}
+        {goodput.isError && <ErrorBox error={goodput.error} retry={() => void goodput.refetch()} />}
         {goodput.data && goodput.data.goodput === null && <Empty>Goodput is measured once an attempt has run.</Empty>}
         {goodput.data && goodput.data.goodput !== null && <GoodputSummary goodput={goodput.data} />}
       </section>
@@ -164,8 +167,8 @@ export function Run({ id }: { id: number }) {
       <section>
         <h2>Checkpoints</h2>
         {(checkpoints.isPending || evals.isPending) && <Loading what="checkpoints" />}
-        {checkpoints.isError && <ErrorBox error={checkpoints.error} />}
-        {evals.isError && <ErrorBox error={evals.error} />}
+        {checkpoints.isError && <ErrorBox error={checkpoints.error} retry={() => void checkpoints.refetch()} />}
+        {evals.isError && <ErrorBox error={evals.error} retry={() => void evals.refetch()} />}
         {checkpoints.data?.items.length === 0 && (
           <Empty>No checkpoints yet. A workload saves them with the SDK&apos;s run.checkpoint(); each one is evaluated as it lands.</Empty>
         )}
@@ -177,7 +180,7 @@ export function Run({ id }: { id: number }) {
       <section>
         <h2>Events</h2>
         {events.isPending && <Loading what="events" />}
-        {events.isError && <ErrorBox error={events.error} />}
+        {events.isError && <ErrorBox error={events.error} retry={() => void events.refetch()} />}
         {events.data?.length === 0 && <Empty>No events yet.</Empty>}
         {events.data && events.data.length > 0 && (
           <ol className="timeline" aria-label="Events" aria-live="polite">
