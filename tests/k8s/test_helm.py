@@ -681,6 +681,62 @@ def test_install_refuses_missing_secrets_and_absent_prometheus_operator(
     assert "need the monitoring.coreos.com/v1 API (Prometheus Operator)" in err
 
 
+def test_trial_install_with_bundled_stores_then_upgrade_keeps_their_passwords(
+    kopf_crd: None, namespace: str, tmp_path: Path
+) -> None:
+    stores = {
+        store: {"enabled": True, "tolerations": [h.GPU_TOLERATION]}
+        for store in ("postgresql", "redis")
+    }
+    stores["postgresql"]["persistence"] = {"enabled": False}  # no storage provisioner here
+    values = values_file(
+        tmp_path, ON_FAKE_NODES, stores, {"operator": {"peering": {"name": namespace}}}
+    )
+    helm(
+        "install", "demo", str(CHART), "-n", namespace, "-f", values, "--wait", "--timeout", "120s"
+    )
+    try:
+        for store in ("postgresql", "redis"):
+            sts = h.kubectl_json(
+                "get", "statefulset", f"demo-crucible-{store}", namespace=namespace
+            )
+            assert sts["status"].get("readyReplicas") == 1, store
+            sc = sts["spec"]["template"]["spec"]["securityContext"]
+            assert (sc["runAsNonRoot"], sc["runAsUser"]) == (True, 999), store
+        # The database is part of the release, so the first migration is a plain Job.
+        job = h.kubectl_json("get", "job", "demo-crucible-migrate-install", namespace=namespace)
+        assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
+        secret = h.kubectl_json("get", "secret", "demo-crucible", namespace=namespace)["data"]
+        assert set(secret) == {
+            "admin-token",
+            "broker-url",
+            "database-url",
+            "postgres-password",
+            "redis-password",
+        }
+        helm(
+            "upgrade",
+            "demo",
+            str(CHART),
+            "-n",
+            namespace,
+            "--reuse-values",
+            "--wait",
+            "--timeout",
+            "120s",
+        )
+        assert (
+            h.kubectl_json("get", "secret", "demo-crucible", namespace=namespace)["data"] == secret
+        )
+        # Upgrades migrate through the hook; the install's Job is gone with revision 1.
+        jobs = h.kubectl("get", "jobs", "-o", "name", namespace=namespace).split()
+        assert jobs == []
+        hooks = helm("get", "hooks", "demo", "-n", namespace).stdout
+        assert "name: demo-crucible-migrate\n" in hooks
+    finally:
+        helm("uninstall", "demo", "-n", namespace, "--wait", check=False)
+
+
 @functools.cache
 def listable_types(namespaced: bool) -> str:
     types = h.kubectl(
