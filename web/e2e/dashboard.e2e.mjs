@@ -223,10 +223,12 @@ try {
 
   // Dark theme: picked in the header, applied at once, charts redrawn in its colours.
   await page.getByLabel('Theme').selectOption('dark');
-  const background = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+  const root = page.locator('html');
+  const background = await root.evaluate(
+    (element) => element.ownerDocument.defaultView.getComputedStyle(element).backgroundColor,
+  );
   check(
-    (await page.evaluate(() => document.documentElement.dataset.theme)) === 'dark' &&
-      background === 'rgb(13, 17, 23)',
+    (await root.getAttribute('data-theme')) === 'dark' && background === 'rgb(13, 17, 23)',
     `the dark theme applies (${background})`,
   );
   await page.locator('[data-testid="chart-train/loss"] canvas').waitFor();
