@@ -114,7 +114,19 @@ def test_lint_passes_with_every_values_file(cluster: h.Cluster) -> None:
     ("name", "expected"),
     [
         # External stores from existing Secrets: no Secret of the chart's own, no stores.
-        ("default", {"Deployment": 4, "Job": 1, "Secret": 0, "StatefulSet": 0, "Ingress": 0}),
+        (
+            "default",
+            {
+                "Deployment": 4,
+                "Job": 1,
+                "Secret": 0,
+                "StatefulSet": 0,
+                "Ingress": 0,
+                "PodDisruptionBudget": 2,
+                "ValidatingAdmissionPolicy": 1,
+                "ValidatingAdmissionPolicyBinding": 1,
+            },
+        ),
         # Bundled stores, generated passwords, an Ingress, single replicas so no PDBs.
         (
             "trial",
