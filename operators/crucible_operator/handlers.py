@@ -194,14 +194,18 @@ def _observe(ctx: OperatorContext, indexes: "Indexes", uid: str) -> Observed:
             total = Demand(total.gpus + d.gpus, total.cpu + d.cpu, total.memory + d.memory)
         bound[node] = total
     released = []
+    still_gated = set()
     for store in crucible_pods.values():
         for pod in store:
             if pod.terminal:
                 continue
-            if pod.node is None and not pod.gated:
+            if pod.gated:
+                still_gated.add((pod.namespace, pod.name))
+            elif pod.node is None:
                 released.append(pod.demand)
-            if pod.node is not None or not pod.gated:
-                ctx.released.pop((pod.namespace, pod.name), None)
+    # Lifted gates the index has not caught up with yet: reserved as if unbound.
+    for key in [k for k in ctx.released if k not in still_gated]:
+        del ctx.released[key]
     nodes = {name: next(iter(store)) for name, store in cluster_nodes.items() if store}
     return Observed(pods=mine, nodes=nodes, bound=bound, released=released)
 

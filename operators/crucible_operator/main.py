@@ -34,8 +34,8 @@ class OperatorConfig:
 
 def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = False) -> None:
     kopf.configure(verbose=verbose)  # kopf's log format, on the root logger
-    if not verbose:  # one line per HTTP request is noise at this rate
-        for name in ("httpx", "httpx2"):
+    if not verbose:  # a line per HTTP request or handler call is noise at this rate
+        for name in ("httpx", "httpx2", "kopf.objects"):
             logging.getLogger(name).setLevel(logging.WARNING)
     registry = build_registry()
     metrics = OperatorMetrics()

@@ -88,9 +88,16 @@ def up(
     """Run everything on this machine: the API (SQLite), the executor that runs local runs
     as processes (GPUs by CUDA_VISIBLE_DEVICES), the workers (recovery, eval triggers) and
     the dashboard."""
+    from crucible.core.signin import issue_code
     from crucible.serve import serve_up
 
     settings = load_settings()
+    if settings.is_sqlite:
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        link = f"http://{shown}:{port}/#/signin?code={issue_code(settings.home)}"
+        console.print(
+            f"Dashboard (the link signs you in once): {link}", highlight=False, soft_wrap=True
+        )
     on_ready = None
     if demo is not DemoSize.none:
 

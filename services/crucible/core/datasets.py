@@ -7,10 +7,11 @@ from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
 from crucible.core.events import record_event
-from crucible.core.lineage import add_edge, insert_ignoring_duplicates
+from crucible.core.lineage import add_edge
 from crucible.core.lookups import get_or_404, project_by_name
 from crucible.core.pagination import paginate
 from crucible.db.tables import Dataset, DatasetVersion, Run
+from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain.enums import EdgeRelation, NodeType, Role
 from crucible.domain.errors import InvalidInput, NotFound
 from crucible.domain.specs import DATASET_REF

@@ -30,15 +30,12 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.dialects.postgresql import insert as postgres_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from crucible.core.access import Principal
 from crucible.core.lookups import get_or_404
 from crucible.core.runs import load_run
 from crucible.db.tables import (
-    Base,
     Checkpoint,
     Dataset,
     DatasetVersion,
@@ -47,6 +44,7 @@ from crucible.db.tables import (
     Run,
     RunInput,
 )
+from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain.enums import EdgeRelation, LineageDirection, NodeType, Role
 from crucible.domain.errors import InvalidInput, NotFound
 from crucible.schemas.lineage import (
@@ -64,13 +62,6 @@ _TYPE_LENGTH = 16  # lineage_edges.src_type / dst_type
 _ID_ARRAY = ARRAY(BigInteger)
 
 Node = tuple[str, int]  # (NodeType value, id)
-
-
-def insert_ignoring_duplicates(session: Session, table: type[Base], **values: Any) -> None:
-    """INSERT ... ON CONFLICT DO NOTHING: a retried or concurrent identical write adds nothing
-    and, unlike catching IntegrityError, leaves the surrounding transaction usable."""
-    insert = postgres_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    session.execute(insert(table).values(**values).on_conflict_do_nothing())
 
 
 def add_edge(

@@ -12,6 +12,7 @@ from crucible.core.events import enqueue, record_event
 from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
 from crucible.core.pagination import paginate
 from crucible.db.tables import Attempt, Experiment, Run, RunEvent
+from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain import reasons
 from crucible.domain.digests import spec_digest
 from crucible.domain.enums import Backend, Phase, Role, RunKind
@@ -92,9 +93,13 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
 
     experiment = experiment_by_name(session, project.id, manifest.spec.experiment)
     if experiment is None:
-        experiment = Experiment(project_id=project.id, name=manifest.spec.experiment)
-        session.add(experiment)
-        session.flush()
+        # Runs of a new experiment often arrive together (a loop applied at once): the
+        # first insert wins and the others read it, instead of failing on the unique key.
+        insert_ignoring_duplicates(
+            session, Experiment, project_id=project.id, name=manifest.spec.experiment
+        )
+        experiment = experiment_by_name(session, project.id, manifest.spec.experiment)
+        assert experiment is not None
     is_k8s = run_in.backend is Backend.kubernetes
     run = Run(
         project_id=project.id,

@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from crucible.core import eval_trigger, recovery
 from crucible.db.engine import transaction
-from crucible.db.tables import OutboxMessage
-from crucible.workers import metrics
+from crucible.db.tables import OutboxMessage, Run
+from crucible.domain.enums import Backend, Phase
+from crucible.workers import kubernetes, metrics
 
 Handler = Callable[[Session, dict[str, Any]], str]
 
@@ -33,13 +34,25 @@ def _checkpoint_registered(session: Session, payload: dict[str, Any]) -> str:
     return f"eval runs {ids}" if ids else "no evals configured"
 
 
+def _run_submitted(session: Session, payload: dict[str, Any]) -> str:
+    if payload.get("backend") != Backend.kubernetes.value:
+        return "local run: the executor picks it up"
+    run = session.get_one(Run, payload["run_id"])
+    if run.k8s_uid is not None:
+        return "applied with kubectl: its resource exists"
+    if Phase(run.phase).is_terminal:
+        return f"run is {run.phase}; no resource needed"
+    return kubernetes.create_custom_resource(run)
+
+
 HANDLERS: dict[str, Handler] = {
     "attempt.ended": _attempt_ended,
     "run.interrupted": _attempt_ended,
     "checkpoint.registered": _checkpoint_registered,
+    "run.submitted": _run_submitted,
 }
-"""Topics without a handler (run.submitted, run.finished) are marked handled: the local
-backend needs nothing from them; the Kubernetes half of the workers will."""
+"""Topics without a handler (run.finished) are marked handled: nothing follows from them
+yet."""
 
 
 def handle_message(factory: sessionmaker[Session], message_id: int) -> str:

@@ -1,0 +1,26 @@
+"""The embedded mode's one-time sign-in link: a code from `crucible up` for a session token."""
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from crucible.api.deps import SettingsDep, Uow
+from crucible.core import signin
+from crucible.domain.errors import NotFound
+from crucible.schemas.common import ApiModel
+from crucible.schemas.tenancy import TokenCreated
+
+router = APIRouter(prefix="/api/v1", tags=["auth"])
+
+
+class SignInCode(ApiModel):
+    code: str = Field(min_length=1, max_length=200, description="The code from the printed link.")
+
+
+@router.post("/auth/sign-in-code", operation_id="redeemSignInCode")
+def redeem_sign_in_code(body: SignInCode, uow: Uow, settings: SettingsDep) -> TokenCreated:
+    """Trade the single-use code `crucible up` printed for an admin token that expires in 12
+    hours. Works once per code, and only in the embedded (SQLite) mode."""
+    if not settings.is_sqlite:
+        raise NotFound("sign-in code", "(only the embedded mode issues them)")
+    with uow() as session:
+        return signin.redeem_code(session=session, home=settings.home, code=body.code)

@@ -1,0 +1,58 @@
+"""The workers' side of the Kubernetes backend: a run submitted through the REST API (or by
+the eval trigger) becomes its custom resource, which the operator then runs exactly like
+one applied with kubectl.
+
+The resource carries the run's id (annotation crucible.dev/run-id); when the operator
+registers it by uid, the control plane adopts this run instead of creating another.
+Creating is idempotent: a redelivered message finds the resource there (409) and stops.
+"""
+
+from functools import cache
+from typing import Any
+
+from lightkube import ApiError, Client, codecs
+from lightkube.generic_resource import create_namespaced_resource
+
+from crucible.db.tables import Run
+
+RUN_ID_ANNOTATION = "crucible.dev/run-id"  # the operator's naming.ANNOTATION_RUN_ID
+
+
+KINDS = {"TrainingRun": "trainingruns", "RolloutJob": "rolloutjobs", "EvalJob": "evaljobs"}
+
+
+@cache
+def _client() -> Client:
+    """Built once per worker process, from KUBECONFIG or the in-cluster service account;
+    lightkube learns the custom kinds here, so `codecs.from_dict` can load them."""
+    for kind, plural in KINDS.items():
+        create_namespaced_resource("crucible.dev", "v1alpha1", kind, plural)
+    return Client(field_manager="crucible-workers")
+
+
+def custom_resource(run: Run) -> dict[str, Any]:
+    manifest = run.manifest
+    metadata = manifest.get("metadata") or {}
+    return {
+        "apiVersion": manifest["apiVersion"],
+        "kind": manifest["kind"],
+        "metadata": {
+            "name": run.k8s_name or run.name,
+            "namespace": run.k8s_namespace,
+            "labels": dict(metadata.get("labels") or {}),
+            "annotations": {**(metadata.get("annotations") or {}), RUN_ID_ANNOTATION: str(run.id)},
+        },
+        "spec": manifest["spec"],
+    }
+
+
+def create_custom_resource(run: Run) -> str:
+    """Create the run's resource in its project's namespace; returns what happened."""
+    client = _client()
+    try:
+        client.create(codecs.from_dict(custom_resource(run)))
+    except ApiError as exc:
+        if exc.status.code == 409:
+            return f"{run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name} already exists"
+        raise
+    return f"created {run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name}"

@@ -1,0 +1,161 @@
+"""The Kubernetes backend as deployed, as processes: `crucible server` on its own Postgres
+database, `crucible worker` (Celery on the Redis of scripts/services) and `crucible
+operator` against the local cluster. Tests kill and restart these like an outage would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from crucible.db import schema
+from tests.conftest import postgres_url
+from tests.servers import free_port, wait_until_serving
+
+ADMIN_TOKEN = "cru_operator-test-admin"
+
+
+def _fresh_database(suffix: str) -> str:
+    url = make_url(postgres_url())
+    name = f"{url.database}_{suffix}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    fresh = url.set(database=name)
+    engine = create_engine(fresh)
+    schema.upgrade(engine)
+    engine.dispose()
+    return fresh.render_as_string(hide_password=False)
+
+
+def _broker_url() -> str:
+    base = os.environ.get("CRUCIBLE_BROKER_URL", "redis://127.0.0.1:16379/0")
+    return base.rsplit("/", 1)[0] + "/8"  # a database of its own on the shared Redis
+
+
+class Process:
+    """One `crucible ...` command in its own process group, logging to a file."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.args, self.env, self.log = name, args, env, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "crucible", *self.args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill(self, signum: int = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signum)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+    def tail(self, lines: int = 60) -> str:
+        text_ = self.log.read_text() if self.log.exists() else ""
+        return f"--- {self.name} log (tail) ---\n" + "\n".join(text_.splitlines()[-lines:])
+
+
+class Stack:
+    def __init__(self, workdir: Path, kube_env: dict[str, str], suffix: str = "operator") -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.database_url = _fresh_database(suffix)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = {k: v for k, v in kube_env.items() if not k.startswith("CRUCIBLE_")}
+        env |= {
+            "CRUCIBLE_HOME": str(workdir / "home"),
+            "CRUCIBLE_DATABASE_URL": self.database_url,
+            "CRUCIBLE_BROKER_URL": _broker_url(),
+            "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "CRUCIBLE_API_URL": self.url,
+            "CRUCIBLE_TOKEN": ADMIN_TOKEN,
+        }
+        self.env = env
+        self.server = Process(
+            "server", ["server", "--port", str(port)], env, workdir / "server.log"
+        )
+        self.worker = Process(
+            "worker", ["worker", "--concurrency", "2", "--beat"], env, workdir / "worker.log"
+        )
+        self.operator_metrics_port = free_port()
+        self.operator = Process(
+            "operator",
+            [
+                "operator",
+                "--default-image",
+                "crucible-test:none",
+                "--metrics-port",
+                str(self.operator_metrics_port),
+            ],
+            env,
+            workdir / "operator.log",
+        )
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
+        )
+
+    def start(self) -> None:
+        self.server.start()
+        assert self.server.process is not None
+        wait_until_serving(
+            f"{self.url}/readyz", self.server.process, self.server.log, 60, what="crucible server"
+        )
+        self.worker.start()
+        self.operator.start()
+
+    def stop(self) -> None:
+        for process in (self.operator, self.worker, self.server):
+            process.kill(signal.SIGTERM)
+        self.http.close()
+
+    def logs(self) -> str:
+        return "\n".join(p.tail() for p in (self.operator, self.worker, self.server))
+
+    # -- the REST API, as a user reads it -------------------------------------------------
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(f"/api/v1{path}", params=params)
+        response.raise_for_status()
+        return response.json()
+
+    def post(self, path: str, body: Any = None) -> Any:
+        response = self.http.post(f"/api/v1{path}", json=body)
+        assert response.is_success, f"POST {path}: {response.status_code} {response.text}"
+        return response.json()
+
+    def run_by_name(self, namespace: str, name: str) -> dict[str, Any] | None:
+        runs = self.get("/runs", project=namespace, limit=1000)["items"]
+        return next((r for r in runs if r["name"] == name), None)
+
+    def wait_for(self, what: str, check: Callable[[], Any], seconds: float = 60) -> Any:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                value = check()
+            except httpx.HTTPStatusError:
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+            time.sleep(0.3)

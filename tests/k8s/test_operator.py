@@ -1,0 +1,391 @@
+"""The operator on the real cluster: custom resources applied with kubectl become gang-gated
+GPU pods on kwok nodes, are registered in the control plane (on Postgres) with their
+attempts and events, recover through the workers after evictions and lost nodes, and are
+cleaned up when deleted. The control plane, worker and operator run as the processes a
+deployment runs (tests/k8s/operator_stack.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crucible_operator import naming
+from tests.k8s import cluster_helpers as h
+from tests.k8s.operator_stack import Stack
+
+pytestmark = [pytest.mark.k8s, pytest.mark.postgres, pytest.mark.redis]
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "crucible" / "crds"
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: h.Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
+    for plural in ("trainingruns", "rolloutjobs", "evaljobs"):
+        h.kubectl("wait", "--for=condition=Established", f"crd/{plural}.crucible.dev")
+    running = Stack(tmp_path_factory.mktemp("operator"), cluster.env())
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def ns(stack: Stack, namespace: str) -> Iterator[str]:
+    """A fresh namespace whose crucible resources are deleted while the operator still runs
+    (their finalizer needs it), so the namespace can go."""
+    yield namespace
+    h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
+    deadline = time.monotonic() + 30
+    while (
+        time.monotonic() < deadline
+        and h.kubectl("get", "crucible", "-o", "name", namespace=namespace, check=False).strip()
+    ):
+        time.sleep(0.5)
+
+
+def training_run(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {"experiment": "ops", "image": "registry.invalid/train:1", **spec},
+    }
+
+
+def pods_of(namespace: str, run: str, attempt: int | None = None) -> list[dict[str, Any]]:
+    selector = f"{naming.LABEL_RUN}={run}"
+    if attempt is not None:
+        selector += f",{naming.LABEL_ATTEMPT}={attempt}"
+    items: list[dict[str, Any]] = h.kubectl_json(
+        "get", "pods", "-l", selector, namespace=namespace
+    )["items"]
+    return sorted(items, key=lambda p: p["metadata"]["name"])
+
+
+def resource(namespace: str, kind: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = h.kubectl_json("get", kind, name, namespace=namespace)
+    return obj
+
+
+def phase_of(namespace: str, kind: str, name: str) -> str | None:
+    found = h.kubectl("get", kind, name, "-o", "json", namespace=namespace, check=False)
+    phase: str | None = (json.loads(found).get("status") or {}).get("phase") if found else None
+    return phase
+
+
+def wait_phase(stack: Stack, namespace: str, name: str, *phases: str, kind: str = "tr") -> None:
+    stack.wait_for(
+        f"{kind}/{name} in {phases}",
+        lambda: phase_of(namespace, kind, name) in phases,
+        seconds=90,
+    )
+
+
+def wait_running_pods(
+    stack: Stack, namespace: str, run: str, attempt: int, count: int
+) -> list[dict[str, Any]]:
+    def running() -> list[dict[str, Any]] | None:
+        pods = pods_of(namespace, run, attempt)
+        ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
+        return pods if ok else None
+
+    pods: list[dict[str, Any]] = stack.wait_for(f"{count} running pods of {run}", running, 90)
+    return pods
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "<from secret>") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def finish_all(namespace: str, pods: list[dict[str, Any]], code: int = 0, **kw: Any) -> None:
+    for pod in pods:
+        h.finish_pod(namespace, pod["metadata"]["name"], code, **kw)
+
+
+def api_run(stack: Stack, namespace: str, name: str) -> dict[str, Any]:
+    run: dict[str, Any] = stack.wait_for(
+        f"run {name} in the API", lambda: stack.run_by_name(namespace, name)
+    )
+    return run
+
+
+def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
+    stack: Stack, ns: str
+) -> None:
+    h.apply(training_run("sft", nodes=2, gpusPerNode=4), namespace=ns)
+    pods = wait_running_pods(stack, ns, "sft", 1, 2)
+
+    assert [p["metadata"]["name"] for p in pods] == ["sft-a1-0", "sft-a1-1"]
+    run = api_run(stack, ns, "sft")
+    for rank, pod in enumerate(pods):
+        container = pod["spec"]["containers"][0]
+        assert container["resources"]["requests"][GPU] == "4"
+        assert container["resources"]["limits"][GPU] == "4"
+        assert pod["spec"]["nodeName"]  # bound (to a kwok node)
+        assert not pod["spec"].get("schedulingGates")  # the gate was lifted for both
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "TrainingRun"
+        env = env_of(pod)
+        assert env["MASTER_ADDR"] == f"sft-a1-0.sft.{ns}.svc"
+        assert env["NNODES"] == "2"
+        assert env["NODE_RANK"] == str(rank)
+        assert env["NPROC_PER_NODE"] == "4"
+        assert env["CRUCIBLE_RUN_ID"] == str(run["id"])
+        assert env["CRUCIBLE_ATTEMPT"] == "1"
+        assert env["CRUCIBLE_TOKEN"] == "<from secret>"
+        assert container["command"][:2] == ["torchrun", "--nnodes=2"]
+    service = resource(ns, "service", "sft")
+    assert service["spec"]["clusterIP"] == "None"
+    assert pods[0]["spec"]["subdomain"] == "sft"
+    wait_phase(stack, ns, "sft", "Running")
+
+    finish_all(ns, pods, 0)
+    wait_phase(stack, ns, "sft", "Succeeded")
+    run = stack.get(f"/runs/{run['id']}")
+    assert run["phase"] == "Succeeded"
+    assert run["backend"] == "kubernetes"
+    assert run["k8s_namespace"] == ns
+    attempts = stack.get(f"/runs/{run['id']}/attempts")
+    assert [(a["number"], a["end_reason"], a["exit_code"]) for a in attempts] == [
+        (1, "Completed", 0)
+    ]
+    events = [e["type"] for e in stack.get(f"/runs/{run['id']}/events")]
+    assert events[0] == "Submitted" and "AttemptStarted" in events and "AttemptEnded" in events
+    status = resource(ns, "tr", "sft")["status"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["Succeeded"] == "True" and conditions["Scheduled"] == "True"
+    assert status["runId"] == run["id"] and status["attempt"] == 1
+    k8s_events = h.kubectl_json(
+        "get", "events", "--field-selector", "involvedObject.name=sft", namespace=ns
+    )["items"]
+    assert {"Registered", "AttemptStarted", "Running", "Completed"} <= {
+        e["reason"] for e in k8s_events
+    }
+
+
+def test_a_gang_that_cannot_fit_waits_unschedulable_and_binds_nothing(
+    stack: Stack, ns: str
+) -> None:
+    nodes = len(h.fake_nodes())
+    h.apply(training_run("huge", nodes=nodes + 1, gpusPerNode=8), namespace=ns)
+    run = api_run(stack, ns, "huge")
+    stack.wait_for(
+        "Unschedulable in the API",
+        lambda: stack.get(f"/runs/{run['id']}")["reason"] == "Unschedulable",
+    )
+    time.sleep(2)  # a later pass must not release part of the gang either
+    pods = pods_of(ns, "huge")
+    assert len(pods) == nodes + 1
+    assert all(p["spec"].get("schedulingGates") for p in pods)
+    assert not any(p["spec"].get("nodeName") for p in pods)
+    run = stack.get(f"/runs/{run['id']}")
+    assert run["phase"] == "Scheduling"
+    assert f"needs {nodes + 1} pod(s) with 8 GPU(s) each" in run["message"]
+    scheduled = next(
+        c for c in resource(ns, "tr", "huge")["status"]["conditions"] if c["type"] == "Scheduled"
+    )
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+
+
+def test_an_eviction_is_an_interruption_and_the_next_attempt_resumes_from_the_checkpoint(
+    stack: Stack, ns: str
+) -> None:
+    h.apply(training_run("evicted", gpusPerNode=2), namespace=ns)
+    (pod,) = wait_running_pods(stack, ns, "evicted", 1, 1)
+    run = api_run(stack, ns, "evicted")
+    checkpoint = stack.post(
+        f"/runs/{run['id']}/checkpoints",
+        {
+            "step": 100,
+            "uri": f"s3://ckpt/{ns}/evicted/100",
+            "digest": "sha256:" + "a" * 64,
+            "size_bytes": 1024,
+        },
+    )
+
+    h.evict_pod(ns, pod["metadata"]["name"])
+
+    (resumed,) = wait_running_pods(stack, ns, "evicted", 2, 1)
+    assert env_of(resumed)["CRUCIBLE_RESUME_FROM"] == str(checkpoint["id"])
+    assert env_of(resumed)["CRUCIBLE_ATTEMPT"] == "2"
+    attempts = stack.get(f"/runs/{run['id']}/attempts")
+    assert attempts[0]["end_reason"] == "Evicted"
+    assert attempts[1]["start_reason"] == "preemption"
+    assert attempts[1]["resumed_from_checkpoint_id"] == checkpoint["id"]
+    assert pods_of(ns, "evicted", 1) == []  # the evicted attempt left nothing behind
+    wait_phase(stack, ns, "evicted", "Running")
+    assert resource(ns, "tr", "evicted")["status"]["latestCheckpoint"]["id"] == checkpoint["id"]
+
+
+def test_an_oom_is_an_application_failure_and_spends_the_failure_budget(
+    stack: Stack, ns: str
+) -> None:
+    h.apply(
+        training_run("oom", gpusPerNode=1, recovery={"maxFailures": 1, "backoffSeconds": 0}),
+        namespace=ns,
+    )
+    for attempt in (1, 2):
+        pods = wait_running_pods(stack, ns, "oom", attempt, 1)
+        finish_all(ns, pods, 137, reason="OOMKilled")
+    wait_phase(stack, ns, "oom", "Failed")
+    run = api_run(stack, ns, "oom")
+    assert run["reason"] == "ReachedMaxFailures"
+    attempts = stack.get(f"/runs/{run['id']}/attempts")
+    assert [(a["start_reason"], a["end_reason"], a["exit_code"]) for a in attempts] == [
+        ("initial", "OOMKilled", 137),
+        ("failure-retry", "OOMKilled", 137),
+    ]
+
+
+def test_a_lost_node_moves_the_run_to_another_node(stack: Stack, ns: str) -> None:
+    pool = {"crucible.dev/test-pool": ns}
+    first = h.add_fake_node(gpus=8, labels=pool)
+    try:
+        h.apply(
+            training_run("nodeloss", gpusPerNode=8, scheduling={"nodeSelector": pool}),
+            namespace=ns,
+        )
+        (pod,) = wait_running_pods(stack, ns, "nodeloss", 1, 1)
+        assert pod["spec"]["nodeName"] == first
+        second = h.add_fake_node(gpus=8, labels=pool)
+        h.lose_node(first, delete=True)
+
+        (moved,) = wait_running_pods(stack, ns, "nodeloss", 2, 1)
+        assert moved["spec"]["nodeName"] == second
+        run = api_run(stack, ns, "nodeloss")
+        attempts = stack.get(f"/runs/{run['id']}/attempts")
+        assert attempts[0]["end_reason"] == "NodeLost"
+        assert attempts[1]["start_reason"] == "node-lost"
+    finally:
+        h.kubectl("delete", "nodes", "-l", f"crucible.dev/test-pool={ns}", check=False)
+
+
+def test_deleting_the_resource_cancels_the_run_and_removes_its_pods(stack: Stack, ns: str) -> None:
+    h.apply(training_run("doomed", gpusPerNode=1), namespace=ns)
+    wait_running_pods(stack, ns, "doomed", 1, 1)
+    run = api_run(stack, ns, "doomed")
+    h.kubectl("delete", "tr", "doomed", "--wait=true", "--timeout=60s", namespace=ns)
+    run = stack.get(f"/runs/{run['id']}")
+    assert run["phase"] == "Cancelled"  # recorded before the finalizer let it go
+    (attempt,) = stack.get(f"/runs/{run['id']}/attempts")
+    assert attempt["end_reason"] == "CancelledByUser"
+    stack.wait_for("the pods gone", lambda: pods_of(ns, "doomed") == [])
+
+
+def test_a_rest_submission_becomes_a_resource_the_operator_runs(stack: Stack, ns: str) -> None:
+    stack.post("/projects", {"name": ns, "namespace": ns})
+    manifest = training_run("viarest", gpusPerNode=1)
+    run = stack.post("/runs", {"project": ns, "manifest": manifest, "backend": "kubernetes"})
+    stack.wait_for("the TrainingRun", lambda: phase_of(ns, "tr", "viarest") == "Running")
+    cr = resource(ns, "tr", "viarest")
+    assert cr["metadata"]["annotations"][naming.ANNOTATION_RUN_ID] == str(run["id"])
+    assert cr["status"]["runId"] == run["id"]  # adopted, not registered twice
+    assert len(stack.get("/runs", project=ns)["items"]) == 1
+    assert stack.get(f"/runs/{run['id']}")["k8s_uid"] == cr["metadata"]["uid"]
+
+
+def test_a_loop_applied_at_once_starts_each_stage_when_its_inputs_appear(
+    stack: Stack, ns: str
+) -> None:
+    rollout = {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": "gen"},
+        "spec": {
+            "experiment": "loop",
+            "policy": {"teacher": "arithmetic-solver"},
+            "output": "sums",
+            "gpusPerReplica": 1,
+        },
+    }
+    sft = training_run("sft", gpusPerNode=1, inputs=[{"producedBy": "gen"}])
+    h.apply(rollout, sft, namespace=ns)
+    (gen_pod,) = wait_running_pods(stack, ns, "gen", 1, 1)
+    wait_phase(stack, ns, "sft", "WaitingForInputs")
+    assert pods_of(ns, "sft") == []
+
+    # What the generator's workload does through the SDK: publish its dataset, then exit 0.
+    gen = api_run(stack, ns, "gen")
+    stack.post(
+        "/datasets/versions",
+        {
+            "project": ns,
+            "name": "sums",
+            "uri": f"s3://data/{ns}/sums/1",
+            "digest": "sha256:" + "b" * 64,
+            "record_count": 10,
+            "produced_by_run_id": gen["id"],
+        },
+    )
+    finish_all(ns, [gen_pod], 0)
+    wait_phase(stack, ns, "gen", "Succeeded", kind="rj")
+    (sft_pod,) = wait_running_pods(stack, ns, "sft", 1, 1)
+    assert json.loads(env_of(sft_pod)["CRUCIBLE_INPUTS"])["datasets"] == ["sums@1"]
+    conditions = {c["type"]: c["status"] for c in resource(ns, "tr", "sft")["status"]["conditions"]}
+    assert conditions["InputsReady"] == "True"
+
+
+def test_a_producer_that_fails_fails_its_consumers(stack: Stack, ns: str) -> None:
+    rollout = {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": "gen"},
+        "spec": {
+            "experiment": "loop",
+            "policy": {"teacher": "arithmetic-solver"},
+            "output": "sums",
+            "gpusPerReplica": 1,
+        },
+    }
+    sft = training_run("sft", gpusPerNode=1, inputs=[{"producedBy": "gen"}])
+    h.apply(rollout, sft, namespace=ns)
+    # Rollouts get the default budget: one retry after an application failure.
+    for attempt in (1, 2):
+        (gen_pod,) = wait_running_pods(stack, ns, "gen", attempt, 1)
+        finish_all(ns, [gen_pod], 1)
+    wait_phase(stack, ns, "gen", "Failed", kind="rj")
+    wait_phase(stack, ns, "sft", "Failed")
+    run = api_run(stack, ns, "sft")
+    assert run["reason"] == "ProducerFailed"
+    assert pods_of(ns, "sft") == []
+
+
+def test_the_operator_killed_mid_reconcile_converges_without_duplicates_or_orphans(
+    stack: Stack, ns: str
+) -> None:
+    count = 50
+    tolerate = {"tolerations": [{"key": GPU, "operator": "Exists"}]}
+    h.apply(*[training_run(f"r{i}", scheduling=tolerate) for i in range(count)], namespace=ns)
+    stack.wait_for("the first pods", lambda: len(pods_of_namespace(ns)) >= 5)
+    stack.operator.kill()  # SIGKILL, mid-reconcile of the rest
+    created_before_restart = len(pods_of_namespace(ns))
+    stack.operator.start()
+
+    def converged() -> bool:
+        phases = [
+            (r.get("status") or {}).get("phase")
+            for r in h.kubectl_json("get", "tr", namespace=ns)["items"]
+        ]
+        return phases.count("Running") == count
+
+    stack.wait_for(f"{count} runs Running", converged, seconds=180)
+    pods = pods_of_namespace(ns)
+    names = sorted(p["metadata"]["name"] for p in pods)
+    assert names == sorted(f"r{i}-a1-0" for i in range(count))  # one pod each, attempt 1
+    owners = {p["metadata"]["ownerReferences"][0]["name"] for p in pods}
+    assert owners == {f"r{i}" for i in range(count)}  # none orphaned
+    runs = stack.get("/runs", project=ns, limit=1000)["items"]
+    assert len(runs) == count
+    assert {r["attempt_count"] for r in runs} == {1}
+    assert created_before_restart < count  # the kill really interrupted the work
+
+
+def pods_of_namespace(namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = h.kubectl_json("get", "pods", namespace=namespace)["items"]
+    return items
