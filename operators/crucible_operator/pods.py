@@ -138,6 +138,10 @@ def labels(body: Mapping[str, Any], kind: str, attempt: int | None = None) -> di
     return out
 
 
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+
+
 def uses_gang_gate(spec: Mapping[str, Any]) -> bool:
     """Kueue admits queued pods with its own gate (and pod groups); ours would only add a
     second, disagreeing admission."""
@@ -248,6 +252,11 @@ def build_pods(
             pod_spec["nodeSelector"] = dict(scheduling["nodeSelector"])
         pod_labels = labels(body, kind, attempt.number)
         pod_labels[naming.LABEL_RANK] = str(rank)
+        pod_annotations = dict(scheduling.get("podAnnotations") or {})
+        if not uses_gang_gate(spec):
+            # Kueue admits a pod group all or nothing: one group per attempt.
+            pod_labels[KUEUE_POD_GROUP] = f"{name}-a{attempt.number}"
+            pod_annotations[KUEUE_GROUP_COUNT] = str(sh.pods)
         pods.append(
             {
                 "apiVersion": "v1",
@@ -256,7 +265,7 @@ def build_pods(
                     "name": naming.pod_name(name, attempt.number, rank),
                     "namespace": namespace,
                     "labels": pod_labels,
-                    "annotations": dict(scheduling.get("podAnnotations") or {}),
+                    "annotations": pod_annotations,
                 },
                 "spec": pod_spec,
             }

@@ -1,0 +1,294 @@
+"""The operator's pure decisions: how an attempt ended (outcome.judge), whether a gang fits
+(gang.fit), what the pods look like (pods.build_pods) and how conditions move
+(status.merge_conditions). The cluster-facing behaviour is tested in tests/k8s."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from crucible.domain import reasons
+from crucible_operator import gang, naming, outcome, pods, status
+from crucible_operator.facts import Demand, NodeFacts, PodFacts, Taint, Termination, quantity
+
+GPU_TAINT = Taint("nvidia.com/gpu", "", "NoSchedule")
+
+
+def pod(rank: int = 0, **kw: Any) -> PodFacts:
+    values: dict[str, Any] = {
+        "name": f"r-a1-{rank}",
+        "namespace": "ns",
+        "run_uid": "u",
+        "attempt": 1,
+        "rank": rank,
+        "phase": "Running",
+        "node": "n0",
+        "gated": False,
+        "deleting": False,
+        "demand": Demand(gpus=8),
+    }
+    values.update(kw)
+    return PodFacts(**values)
+
+
+def node(name: str = "n0", gpus: int = 8, **kw: Any) -> NodeFacts:
+    values: dict[str, Any] = {
+        "name": name,
+        "ready": True,
+        "unschedulable": False,
+        "labels": {},
+        "taints": (GPU_TAINT,),
+        "allocatable": Demand(gpus=gpus, cpu=64, memory=quantity("512Gi")),
+    }
+    values.update(kw)
+    return NodeFacts(**values)
+
+
+NODES = {"n0": node("n0"), "n1": node("n1")}
+
+
+@pytest.mark.parametrize(
+    ("pods_", "started", "state", "reason"),
+    [
+        ([pod(0), pod(1, node="n1")], True, outcome.State.running, ""),
+        ([pod(0, phase="Pending")], False, outcome.State.starting, ""),
+        ([pod(0, gated=True, node=None)], False, outcome.State.gated, ""),
+        (
+            [pod(0, node=None, conditions={"PodScheduled": ("False", "Unschedulable", "0/4")})],
+            False,
+            outcome.State.scheduling,
+            "Unschedulable",
+        ),
+        (
+            [pod(0, phase="Succeeded"), pod(1, phase="Succeeded", node="n1")],
+            True,
+            outcome.State.succeeded,
+            reasons.REASON_COMPLETED,
+        ),
+        (
+            [pod(0, conditions={"DisruptionTarget": ("True", "PreemptionByScheduler", "")})],
+            True,
+            outcome.State.interrupted,
+            reasons.REASON_PREEMPTED,
+        ),
+        (
+            [pod(0, conditions={"DisruptionTarget": ("True", "EvictionByEvictionAPI", "")})],
+            True,
+            outcome.State.interrupted,
+            reasons.REASON_EVICTED,
+        ),
+        (
+            [pod(0, conditions={"DisruptionTarget": ("True", "DeletionByTaintManager", "")})],
+            True,
+            outcome.State.interrupted,
+            reasons.REASON_NODE_LOST,
+        ),
+        ([pod(0, node="gone")], True, outcome.State.interrupted, reasons.REASON_NODE_LOST),
+        (
+            [pod(0, status_reason="Evicted")],
+            True,
+            outcome.State.interrupted,
+            reasons.REASON_EVICTED,
+        ),
+        ([pod(0, deleting=True)], True, outcome.State.interrupted, reasons.REASON_EVICTED),
+        (
+            [pod(0, phase="Failed", terminations=(Termination(137, "OOMKilled"),))],
+            True,
+            outcome.State.failed,
+            reasons.REASON_OOM_KILLED,
+        ),
+        (
+            [pod(0, phase="Failed", terminations=(Termination(1, "Error"),))],
+            True,
+            outcome.State.failed,
+            reasons.REASON_ERROR_EXIT,
+        ),
+        ([pod(0)], True, outcome.State.interrupted, reasons.REASON_EVICTED),  # rank 1 vanished
+    ],
+    ids=[
+        "running",
+        "starting",
+        "gated",
+        "scheduler-says-why",
+        "succeeded",
+        "preempted",
+        "evicted",
+        "taint-manager",
+        "node-gone",
+        "kubelet-evicted",
+        "deleted-by-someone",
+        "oom",
+        "error-exit",
+        "pod-vanished",
+    ],
+)
+def test_judge(pods_: list[PodFacts], started: bool, state: outcome.State, reason: str) -> None:
+    expected = 2 if len(pods_) == 2 or state is outcome.State.interrupted else 1
+    verdict = outcome.judge(pods_, expected, NODES, started=started)
+    assert (verdict.state, verdict.reason) == (state, reason)
+
+
+def test_an_interruption_outranks_the_crashes_it_caused() -> None:
+    """A node dies; its peer then fails on the broken rendezvous. The cause is the node."""
+    crashed = pod(0, phase="Failed", terminations=(Termination(1, "Error"),))
+    verdict = outcome.judge([crashed, pod(1, node="dead")], 2, NODES, started=True)
+    assert verdict.reason == reasons.REASON_NODE_LOST
+    assert "dead" in verdict.message
+
+
+def test_the_exit_code_comes_from_the_failing_container() -> None:
+    failed = pod(0, phase="Failed", terminations=(Termination(0, "Completed"), Termination(3, "E")))
+    assert outcome.judge([failed], 1, NODES, started=True).exit_code == 3
+
+
+TOLERATE_GPU = [gang.Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule")]
+
+
+def gang_of(size: int, gpus: int, **kw: Any) -> gang.Gang:
+    values: dict[str, Any] = {
+        "size": size,
+        "demand": Demand(gpus=gpus),
+        "node_selector": {},
+        "tolerations": TOLERATE_GPU,
+    }
+    values.update(kw)
+    return gang.Gang(**values)
+
+
+def test_a_gang_fits_only_when_every_pod_does() -> None:
+    nodes = [node("a"), node("b")]
+    assert gang.fit(gang_of(2, 8), nodes, {}, []).fits
+    placement = gang.fit(gang_of(3, 8), nodes, {}, [])
+    assert not placement.fits
+    assert "only 2 fit" in placement.message
+
+
+def test_bound_pods_and_released_gangs_take_their_gpus() -> None:
+    nodes = [node("a"), node("b")]
+    assert not gang.fit(gang_of(2, 8), nodes, {"a": Demand(gpus=4)}, []).fits
+    assert not gang.fit(gang_of(2, 8), nodes, {}, [Demand(gpus=8)]).fits
+    assert gang.fit(gang_of(2, 4), nodes, {"a": Demand(gpus=4)}, [Demand(gpus=4)]).fits
+
+
+def test_placement_respects_taints_selectors_and_readiness() -> None:
+    tainted_only = [node("a")]
+    assert not gang.fit(gang_of(1, 1, tolerations=[]), tainted_only, {}, []).fits
+    labelled = [node("a", labels={"pool": "h200"}), node("b")]
+    assert gang.fit(gang_of(1, 8, node_selector={"pool": "h200"}), labelled, {}, []).fits
+    assert not gang.fit(gang_of(2, 8, node_selector={"pool": "h200"}), labelled, {}, []).fits
+    assert not gang.fit(gang_of(1, 8), [node("a", ready=False)], {}, []).fits
+    assert not gang.fit(gang_of(1, 8), [node("a", unschedulable=True)], {}, []).fits
+
+
+def test_small_pods_pack_tightly_to_leave_room_for_big_ones() -> None:
+    nodes = [node("a"), node("b", gpus=4)]
+    # Two 2-GPU pods go to the 4-GPU node, leaving all of "a" for a later 8-GPU pod.
+    assert gang.fit(gang_of(2, 2), nodes, {}, []).fits
+    assert gang.fit(gang_of(1, 8), nodes, {}, [Demand(gpus=2), Demand(gpus=2)]).fits
+
+
+def body(kind: str = "TrainingRun", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "sft", "namespace": "team", "uid": "uid-1"},
+        "spec": {"experiment": "e", **spec},
+    }
+
+
+OPTIONS = pods.PodOptions(api_url="http://cp:8080", token_secret="tok", default_image="img:1")
+
+
+def env(built: dict[str, Any]) -> dict[str, Any]:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom")) for e in built["spec"]["containers"][0]["env"]
+    }
+
+
+def test_pods_of_a_multi_node_run() -> None:
+    built = pods.build_pods(
+        body(nodes=2, gpusPerNode=8, image="train:2", resources={"memory": "64Gi"}),
+        "TrainingRun",
+        pods.Attempt(run_id=7, number=3, resume_from=41, inputs={"datasets": ["d@2"]}),
+        OPTIONS,
+    )
+    assert [p["metadata"]["name"] for p in built] == ["sft-a3-0", "sft-a3-1"]
+    first = built[0]
+    labels = first["metadata"]["labels"]
+    assert labels[naming.LABEL_RUN_UID] == "uid-1"
+    assert (labels[naming.LABEL_ATTEMPT], labels[naming.LABEL_RANK]) == ("3", "0")
+    container = first["spec"]["containers"][0]
+    assert container["image"] == "train:2"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": "64Gi"}
+    assert container["command"][:5] == [
+        "torchrun",
+        "--nnodes=2",
+        "--node-rank=0",
+        "--nproc-per-node=8",
+        "--master-addr=sft-a3-0.sft.team.svc",
+    ]
+    assert container["command"][-2:] == ["-m", "crucible.workloads.train"]
+    assert first["spec"]["schedulingGates"] == [{"name": naming.GANG_GATE}]
+    assert (first["spec"]["hostname"], first["spec"]["subdomain"]) == ("sft-a3-0", "sft")
+    values = env(built[1])
+    assert values["NODE_RANK"] == "1"
+    assert values["CRUCIBLE_RESUME_FROM"] == "41"
+    assert values["CRUCIBLE_RUN_ID"] == "7"
+    assert values["CRUCIBLE_CHECKPOINT_URI"] == "file:///checkpoints/team/sft"
+    assert values["CRUCIBLE_TOKEN"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in first["spec"][
+        "tolerations"
+    ]
+    assert first["spec"]["securityContext"]["runAsNonRoot"] is True
+    shm = next(v for v in first["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_a_single_pod_runs_the_command_itself_with_the_default_image() -> None:
+    (built,) = pods.build_pods(
+        body("EvalJob", checkpoint={"id": 3}, suite="arith", args=["--fast"]),
+        "EvalJob",
+        pods.Attempt(run_id=1, number=1, resume_from=None, inputs=None),
+        OPTIONS,
+    )
+    container = built["spec"]["containers"][0]
+    assert container["image"] == "img:1"
+    assert container["command"] == ["python", "-m", "crucible.workloads.eval", "--fast"]
+    assert "MASTER_ADDR" not in env(built) and "CRUCIBLE_RESUME_FROM" not in env(built)
+    assert "hostname" not in built["spec"]
+
+
+def test_kueue_queues_admit_the_pods_instead_of_the_gang_gate() -> None:
+    (built,) = pods.build_pods(
+        body(scheduling={"queueLabels": {"kueue.x-k8s.io/queue-name": "team-a"}}),
+        "TrainingRun",
+        pods.Attempt(run_id=1, number=1, resume_from=None, inputs=None),
+        OPTIONS,
+    )
+    assert "schedulingGates" not in built["spec"]
+    assert built["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert built["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "sft-a1"
+    assert built["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "1"
+
+
+def test_conditions_move_their_transition_time_only_when_their_status_changes() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    first = status.merge_conditions(
+        [], [status.Condition("Ready", False, "Scheduling", "waiting")], 1, t0
+    )
+    later = t0 + timedelta(minutes=5)
+    same = status.merge_conditions(
+        first, [status.Condition("Ready", False, "Scheduling", "still waiting")], 2, later
+    )
+    assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert same[0]["message"] == "still waiting" and same[0]["observedGeneration"] == 2
+    moved = status.merge_conditions(same, [status.Condition("Ready", True, "Running")], 2, later)
+    assert moved[0]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+    assert moved[0]["status"] == "True"
+
+
+def test_quantities() -> None:
+    assert quantity("500m") == 0.5
+    assert quantity("64Gi") == 64 * 2**30
+    assert quantity("8") == 8
+    assert quantity(None) == 0
