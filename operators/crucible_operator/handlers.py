@@ -210,6 +210,11 @@ def _observe(ctx: OperatorContext, indexes: "Indexes", uid: str) -> Observed:
     return Observed(pods=mine, nodes=nodes, bound=bound, released=released)
 
 
+# After a wake-up, wait this long for the burst it belongs to (a pod is created, ungated,
+# bound and started within a few hundred milliseconds): one pass then sees all of it.
+COALESCE_SECONDS = 0.05
+
+
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
     deadline = time.monotonic() + delay
     while not stopped and not wake.is_set():
@@ -220,3 +225,5 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
             await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
         except TimeoutError:
             continue
+    if wake.is_set():
+        await asyncio.sleep(COALESCE_SECONDS)

@@ -86,6 +86,8 @@ class Pass:
         self.seen = seen
         self.events: list[tuple[str, str, str]] = []  # emitted after the status write
         self.results: dict[str, float] | None = None
+        self.latest: RunPublic | None = None  # the run as the last answer showed it
+        self.stale = False  # something changed it that no answer showed
         self.latest_checkpoint: dict[str, Any] | None = None
 
     # -- the pass ------------------------------------------------------------------------
@@ -95,10 +97,14 @@ class Pass:
         run = await self._registered()
         if run is None:
             return None
+        self.latest = run
         if not self.tracked.attempts_known:
             await self._load_attempts(run)
         delay = await self._step(run)
-        run = await self.ctx.call(self.ctx.api.get_run, run.id)
+        # Every report answers with the run as it now is; re-read only what changed elsewhere.
+        run = self.latest
+        if self.stale:
+            run = await self.ctx.call(self.ctx.api.get_run, run.id)
         await self._write_status(run)
         return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
 
@@ -150,7 +156,9 @@ class Pass:
         return run
 
     async def _load_attempts(self, run: RunPublic) -> None:
-        attempts = await self.ctx.call(self.ctx.api.list_attempts, run.id)
+        attempts = (
+            await self.ctx.call(self.ctx.api.list_attempts, run.id) if run.attempt_count else []
+        )
         last = attempts[-1] if attempts else None
         self.tracked.open_attempt = last.number if last and last.ended_at is None else None
         self.tracked.started = (
@@ -166,6 +174,7 @@ class Pass:
         inputs = run.resolved_inputs
         if inputs is None:
             resolution = await self.ctx.call(self.ctx.api.resolve_inputs, run.id)
+            self.stale = True  # pinned inputs, or a phase moved to WaitingForInputs/Failed
             if not resolution.ready:
                 return POLL_WAITING
             inputs = {"datasets": resolution.datasets, "checkpoint": resolution.checkpoint}
@@ -196,6 +205,8 @@ class Pass:
                 raise
             self.tracked.attempts_known = False  # one is open already: re-read
             return POLL_SOON
+        if self.latest is not None:
+            self.latest = self.latest.model_copy(update={"attempt_count": attempt.number})
         self.tracked.open_attempt = attempt.number
         self.tracked.started = False
         self.tracked.stopping = None
@@ -423,7 +434,7 @@ class Pass:
         if run.phase is phase and run.reason == reason and run.message == message[:4000]:
             return
         try:
-            await self.ctx.call(
+            self.latest = await self.ctx.call(
                 self.ctx.api.report_phase,
                 run.id,
                 PhaseReport(phase=phase, reason=reason, message=message[:4000]),
@@ -431,6 +442,7 @@ class Pass:
         except ApiError as exc:
             if exc.status != 409:
                 raise
+            self.stale = True
             log.info("run %s: phase report %s refused: %s", run.id, phase, exc)
 
     async def _report_end(self, run: RunPublic, number: int, verdict: outcome.Outcome) -> None:
