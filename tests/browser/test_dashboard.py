@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crucible.core.signin import issue_code
 from tests.servers import LocalServer, free_port, local_server, wait_until_serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -196,6 +197,7 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
                 "LATEST_STEP": str(run["latest_step"]),
                 "COMPARE": f"sweep-{NEWER_RUNS - 1},sweep-{NEWER_RUNS - 2}",
                 "SCREENSHOT_DIR": str(screenshots),
+                "SIGNIN_CODE": issue_code(server.home),
                 "CHROMIUM": CHROMIUM,
             }
             e2e = subprocess.run(

@@ -20,6 +20,7 @@ const latestStep = env('LATEST_STEP', '');
 const compare = env('COMPARE', '').split(',').filter(Boolean);
 const screenshots = env('SCREENSHOT_DIR', join(tmpdir(), 'crucible-screenshots'));
 const executablePath = env('CHROMIUM', '/usr/bin/chromium');
+const signInCode = env('SIGNIN_CODE', '');
 
 function check(condition, message) {
   if (!condition) throw new Error(`check failed: ${message}`);
@@ -294,6 +295,20 @@ try {
     'signing out forgets the token',
   );
   check(problems.length === 0, `no page errors or failed requests (${problems.join('; ')})`);
+
+  if (signInCode) {
+    // The link `crucible up` prints: it signs in without a token, once.
+    const link = `${baseUrl}/#/signin?code=${signInCode}`;
+    await page.goto(link);
+    await page.getByRole('heading', { name: 'Projects' }).waitFor();
+    check(!page.url().includes(signInCode), 'the one-time link signs in and leaves the address bar');
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('API token').waitFor();
+    await page.goto(link);
+    const refusal = page.getByRole('alert');
+    await refusal.waitFor();
+    check((await refusal.innerText()).includes('used already'), 'the same link does not work twice');
+  }
   console.log(`screenshots in ${screenshots}`);
 } finally {
   await context.close();

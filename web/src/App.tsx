@@ -26,7 +26,7 @@ export function App() {
     if (!signedIn && route.page !== 'signin') navigate(href.signIn());
   }, [signedIn, route.page]);
 
-  if (route.page === 'signin' || !signedIn) return <SignIn />;
+  if (route.page === 'signin' || !signedIn) return <SignIn code={route.page === 'signin' ? route.code : undefined} />;
 
   function signOut() {
     clearToken();

@@ -7,6 +7,7 @@ describe('parseRoute', () => {
     expect(parseRoute('')).toEqual({ page: 'projects' });
     expect(parseRoute('#/')).toEqual({ page: 'projects' });
     expect(parseRoute('#/signin')).toEqual({ page: 'signin' });
+    expect(parseRoute('#/signin?code=a-B_9')).toEqual({ page: 'signin', code: 'a-B_9' });
     expect(parseRoute('#/projects/3')).toEqual({ page: 'project', id: 3 });
     expect(parseRoute('#/experiments/12')).toEqual({ page: 'experiment', id: 12 });
     expect(parseRoute('#/runs/7')).toEqual({ page: 'run', id: 7 });

@@ -5,7 +5,7 @@ import type { LineageNodeType } from './api/client';
 // A hash router: the dashboard is served as static files at `/`, so `#/runs/7` needs no
 // server-side fallback route.
 export type Route =
-  | { page: 'signin' }
+  | { page: 'signin'; code?: string }
   | { page: 'projects' }
   | { page: 'project'; id: number }
   | { page: 'experiment'; id: number }
@@ -24,7 +24,10 @@ function isNodeType(value: string): value is LineageNodeType {
 export function parseRoute(hash: string): Route {
   const [path = '/', search = ''] = (hash.replace(/^#/, '') || '/').split('?', 2);
   if (path === '/') return { page: 'projects' };
-  if (path === '/signin') return { page: 'signin' };
+  if (path === '/signin') {
+    const code = new URLSearchParams(search).get('code');
+    return code ? { page: 'signin', code } : { page: 'signin' };
+  }
   const match = /^\/(projects|experiments|runs|checkpoints)\/(\d+)$/.exec(path);
   if (match) {
     const id = Number(match[2]);

@@ -4,6 +4,27 @@
  */
 
 export interface paths {
+    "/api/v1/auth/sign-in-code": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Redeem Sign In Code
+         * @description Trade the single-use code `crucible up` printed for an admin token that expires in 12
+         *     hours. Works once per code, and only in the embedded (SQLite) mode.
+         */
+        post: operations["redeemSignInCode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/checkpoints/{checkpoint_id}": {
         parameters: {
             query?: never;
@@ -2087,6 +2108,14 @@ export interface components {
              */
             tolerations?: components["schemas"]["Toleration"][];
         };
+        /** SignInCode */
+        SignInCode: {
+            /**
+             * Code
+             * @description The code from the printed link.
+             */
+            code: string;
+        };
         /** TokenCreate */
         TokenCreate: {
             /** Expires At */
@@ -2293,6 +2322,39 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    redeemSignInCode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SignInCode"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenCreated"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     getCheckpoint: {
         parameters: {
             query?: never;

@@ -5,7 +5,7 @@ from pydantic import Field
 
 from crucible.api.deps import SettingsDep, Uow
 from crucible.core import signin
-from crucible.domain.errors import NotFound
+from crucible.domain.errors import NotFound, Unauthenticated
 from crucible.schemas.common import ApiModel
 from crucible.schemas.tenancy import TokenCreated
 
@@ -17,9 +17,15 @@ class SignInCode(ApiModel):
 
 
 @router.post("/auth/sign-in-code", operation_id="redeemSignInCode")
-def redeem_sign_in_code(body: SignInCode, uow: Uow, settings: SettingsDep) -> TokenCreated:
+def redeem_sign_in_code(
+    uow: Uow, settings: SettingsDep, body: SignInCode | None = None
+) -> TokenCreated:
     """Trade the single-use code `crucible up` printed for an admin token that expires in 12
     hours. Works once per code, and only in the embedded (SQLite) mode."""
+    # The code is this route's credential: without one the caller is unauthenticated, as on
+    # every other route without a token.
+    if body is None:
+        raise Unauthenticated("no sign-in code: open the link `crucible up` printed")
     if not settings.is_sqlite:
         raise NotFound("sign-in code", "(only the embedded mode issues them)")
     with uow() as session:
