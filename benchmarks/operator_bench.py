@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import orjson
 from lightkube import AsyncClient, codecs
 from lightkube.generic_resource import create_namespaced_resource
@@ -163,7 +163,7 @@ def write(name: str, config: dict[str, Any], results: dict[str, Any]) -> None:
 async def scale(stack: Stack, namespace: str, runs: int, concurrency: int) -> dict[str, Any]:
     assert stack.operator.process is not None
     meter = ProcessMeter(stack.operator.process.pid)
-    client = AsyncClient(namespace=namespace)
+    client = AsyncClient(namespace=namespace, timeout=httpx2.Timeout(120))
     watch = PodWatch(namespace)
     await watch.start(client)
     applied: dict[str, float] = {}
@@ -205,7 +205,7 @@ async def scale(stack: Stack, namespace: str, runs: int, concurrency: int) -> di
 async def recovery(
     stack: Stack, namespace: str, runs: int, preemptions: int, checkpoints: int
 ) -> dict[str, Any]:
-    client = AsyncClient(namespace=namespace)
+    client = AsyncClient(namespace=namespace, timeout=httpx2.Timeout(120))
     watch = PodWatch(namespace)
     await watch.start(client)
     names = [f"p{i}" for i in range(runs)]
@@ -282,7 +282,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("which", choices=["scale", "recovery"])
     parser.add_argument("--runs", type=int, default=None)
-    parser.add_argument("--concurrency", type=int, default=50, help="creates in flight (scale)")
+    parser.add_argument("--concurrency", type=int, default=10, help="creates in flight (scale)")
     parser.add_argument("--preemptions", type=int, default=10, help="per run (recovery)")
     parser.add_argument("--checkpoints", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=None, help="fake GPU nodes (scale: 100)")
@@ -324,22 +324,18 @@ def main() -> None:
         print(stack.logs(), file=sys.stderr)
         raise
     finally:
-        h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
-        time.sleep(5)
+        # Deleted while the operator runs, so their finalizers come off as they would.
+        h.kubectl(
+            "delete",
+            "crucible",
+            "--all",
+            "--wait=true",
+            "--timeout=300s",
+            namespace=namespace,
+            check=False,
+            timeout=330,
+        )
         stack.stop()
-        for kind in ("tr", "ej"):
-            items = json.loads(h.kubectl("get", kind, "-o", "json", namespace=namespace))["items"]
-            for item in items:  # finalizers left behind once the operator stopped
-                h.kubectl(
-                    "patch",
-                    kind,
-                    item["metadata"]["name"],
-                    "--type=merge",
-                    "-p",
-                    '{"metadata":{"finalizers":null}}',
-                    namespace=namespace,
-                    check=False,
-                )
         h.delete_namespace(namespace)
 
 

@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Any, NamedTuple
 
+import httpx
+import httpx2  # lightkube's HTTP client
 import kopf
 from lightkube import ApiError as KubeError
 
@@ -168,15 +170,20 @@ async def _one_pass(
     observed = _observe(ctx, indexes, uid)
     try:
         return await Pass(ctx, body, tracked, observed).run()
-    except (ApiError, KubeError, OSError) as exc:
-        # The API restarting, a conflict, a network blip: the next pass starts from the
-        # observed state again, so retrying is always safe.
+    except Exception as exc:
+        # The API restarting, a conflict, a timeout, a bug: the next pass starts from the
+        # observed state again, so retrying is always safe, and a loop that died would
+        # strand its run.
         ctx.metrics.reconcile_errors.labels(info.kind).inc()
+        expected = isinstance(
+            exc, ApiError | KubeError | OSError | httpx.TransportError | httpx2.TransportError
+        )
         log.warning(
             "%s %s: reconcile failed, retrying: %s",
             info.kind,
             body.get("metadata", {}).get("name"),
             exc,
+            exc_info=not expected,
         )
         tracked.attempts_known = False
         return RETRY_AFTER_ERROR

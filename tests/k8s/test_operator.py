@@ -389,3 +389,10 @@ def test_the_operator_killed_mid_reconcile_converges_without_duplicates_or_orpha
 def pods_of_namespace(namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = h.kubectl_json("get", "pods", namespace=namespace)["items"]
     return items
+
+
+def test_the_kubernetes_examples_pass_the_api_servers_validation(stack: Stack, ns: str) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
+    out = h.kubectl("apply", "--dry-run=server", "-f", str(examples), namespace=ns)
+    assert "multinode-sft created (server dry run)" in out
+    assert "loop-rl created (server dry run)" in out

@@ -1,0 +1,32 @@
+"""Every resource under examples/ is one the REST API (and so the CRDs, generated from the
+same models) accepts, and the Kubernetes examples name an image (the operator's default
+image is for the reference workloads only)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import TypeAdapter
+
+from crucible.domain.specs import Manifest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+FILES = sorted(EXAMPLES.rglob("*.yaml"))
+MANIFEST: TypeAdapter[object] = TypeAdapter(Manifest)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(EXAMPLES)) for p in FILES])
+def test_example_is_valid(path: Path) -> None:
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert documents, f"{path} holds no resource"
+    for document in documents:
+        MANIFEST.validate_python(document)
+        if path.parent.name == "kubernetes":
+            assert document["spec"].get("image"), f"{document['metadata']['name']} has no image"
+
+
+def test_there_are_kubernetes_examples() -> None:
+    assert {p.name for p in (EXAMPLES / "kubernetes").glob("*.yaml")} >= {
+        "multi-node-sft.yaml",
+        "loop.yaml",
+    }
