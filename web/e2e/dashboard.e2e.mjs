@@ -73,7 +73,7 @@ try {
   const headers = (await table.locator('thead th').allInnerTexts()).map((text) => text.replace(/[▲▼]/g, '').trim());
   check(
     JSON.stringify(headers) ===
-      JSON.stringify(['Select', 'Name', 'Kind', 'Phase', 'Attempt', 'GPUs', 'Latest step', 'Age']),
+      JSON.stringify(['Select', 'Name', 'Kind', 'Phase', 'Attempt', 'GPUs', 'Latest step', 'Best eval', 'Goodput', 'Age']),
     `the runs table has its columns (${headers.join(', ')})`,
   );
   const bodyRows = table.locator('tbody tr:not(.spacer-row)');
@@ -99,6 +99,9 @@ try {
   check(cells[1] === runName && cells[2] === 'train', `the run is listed as ${cells.join(' | ')}`);
   check(cells[3] === 'Running' && cells[4] === '2', 'it shows its phase and attempt count');
   if (latestStep) check(cells[6] === latestStep, `it shows the latest step ${latestStep}`);
+  await row.locator('td').nth(7).filter({ hasText: '0.798' }).waitFor();
+  check(true, 'it shows the best eval score of its checkpoints');
+  check(/^\d+\.\d%$/.test(await row.locator('td').nth(8).innerText()), 'it shows its goodput');
 
   // Filters and sorting are the server's: the eval job is the only run of its kind.
   await page.getByLabel('Kind').selectOption('eval');

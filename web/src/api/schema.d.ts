@@ -301,6 +301,27 @@ export interface paths {
         patch: operations["updateProject"];
         trace?: never;
     };
+    "/api/v1/run-summaries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Run Summaries
+         * @description Goodput and best eval score of each run (`?ids=1&ids=2`, up to 200), for the runs
+         *     table; runs the token cannot see are left out.
+         */
+        get: operations["listRunSummaries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs": {
         parameters: {
             query?: never;
@@ -873,6 +894,30 @@ export interface components {
             step: number;
             /** Uri */
             uri: string;
+            /** Value */
+            value: number;
+        };
+        /** BestEval */
+        BestEval: {
+            /** Checkpoint Id */
+            checkpoint_id: number;
+            /** Metric */
+            metric: string;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "max" | "min";
+            /**
+             * Ranked By
+             * @description `spec`: the run's `checkpoints.best`; `name`: the first metric its evals report, low-is-better when named like a loss or error.
+             * @enum {string}
+             */
+            ranked_by: "spec" | "name";
+            /** Step */
+            step: number;
+            /** Suite */
+            suite: string;
             /** Value */
             value: number;
         };
@@ -2042,6 +2087,18 @@ export interface components {
                 [key: string]: string;
             };
         };
+        /** RunSummary */
+        RunSummary: {
+            /** @description None until an eval scored a checkpoint. */
+            best_eval: components["schemas"]["BestEval"] | null;
+            /**
+             * Goodput
+             * @description Productive over allocated device time.
+             */
+            goodput: number | null;
+            /** Run Id */
+            run_id: number;
+        };
         /**
          * SamplingSpec
          * @description Sampling parameters for generation.
@@ -3048,6 +3105,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ProjectPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    listRunSummaries: {
+        parameters: {
+            query: {
+                /** @description Run ids. */
+                ids: number[];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunSummary"][];
                 };
             };
             /** @description Validation Error */

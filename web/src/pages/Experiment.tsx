@@ -1,11 +1,11 @@
-import { useInfiniteQuery } from '@tanstack/react-query';
+import { useInfiniteQuery, useQueries } from '@tanstack/react-query';
 import { useEffect, useRef, useState, type UIEvent } from 'react';
 
-import { api, unwrap, type Phase, type RunKind } from '../api/client';
+import { api, unwrap, type Phase, type RunKind, type Schemas } from '../api/client';
 import { useExperiment, useProject } from '../api/queries';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { Empty, ErrorBox, Loading } from '../components/states';
-import { age, orDash } from '../format';
+import { age, orDash, percent, score } from '../format';
 import {
   ariaSort,
   DEFAULT_FILTERS,
@@ -49,6 +49,23 @@ export function Experiment({ id }: { id: number }) {
   });
 
   const rows = runs.data?.pages.flatMap((page) => page.items) ?? [];
+  // Goodput and best eval come from one call per page of the table, fetched as pages load.
+  const summaries = useQueries({
+    queries: (runs.data?.pages ?? []).map((page) => {
+      const ids = page.items.map((run) => run.id);
+      return {
+        queryKey: ['run-summaries', ids],
+        enabled: ids.length > 0,
+        staleTime: 15_000,
+        queryFn: async () =>
+          unwrap(await api.GET('/api/v1/run-summaries', { params: { query: { ids } } })),
+      };
+    }),
+    combine: (results) =>
+      new Map<number, Schemas['RunSummary']>(
+        results.flatMap((result) => result.data ?? []).map((summary) => [summary.run_id, summary]),
+      ),
+  });
   const { start, end } = visibleRows(scrollTop, VIEWPORT_HEIGHT, ROW_HEIGHT, rows.length);
   const { hasNextPage, isFetchingNextPage, fetchNextPage } = runs;
   const wantMore = needsMore(end, rows.length);
@@ -167,6 +184,8 @@ export function Experiment({ id }: { id: number }) {
                 <th className="num">Attempt</th>
                 <th className="num">GPUs</th>
                 <th className="num">Latest step</th>
+                <th className="num">Best eval</th>
+                <th className="num">Goodput</th>
                 {header('Age', 'created_at', 'num')}
               </tr>
             </thead>
@@ -192,6 +211,10 @@ export function Experiment({ id }: { id: number }) {
                   <td className="num">{run.attempt_count}</td>
                   <td className="num">{run.gpus}</td>
                   <td className="num">{orDash(run.latest_step)}</td>
+                  <td className="num">
+                    <BestEval summary={summaries.get(run.id)} />
+                  </td>
+                  <td className="num">{percent(summaries.get(run.id)?.goodput)}</td>
                   <td className="num" title={run.created_at}>
                     {age(run.created_at)}
                   </td>
@@ -206,5 +229,16 @@ export function Experiment({ id }: { id: number }) {
         </div>
       )}
     </>
+  );
+}
+
+function BestEval({ summary }: { summary: Schemas['RunSummary'] | undefined }) {
+  const best = summary?.best_eval;
+  if (!best) return <>—</>;
+  const how = best.ranked_by === 'spec' ? "the spec's checkpoints.best" : 'metric name';
+  return (
+    <a href={href.checkpoint(best.checkpoint_id)} title={`${best.suite} ${best.metric} (${best.mode}, by ${how}) at step ${best.step}`}>
+      {score(best.value)} <span className="muted small">{best.metric}</span>
+    </a>
   );
 }
