@@ -35,7 +35,6 @@ class OperatorContext:
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # run uid -> its loop
     # Pods whose gate was lifted, until the pod index shows it: (namespace, name) -> demand.
     released: dict[tuple[str, str], Demand] = field(default_factory=dict)
-    gang_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     node_ready: dict[str, bool] = field(default_factory=dict)
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

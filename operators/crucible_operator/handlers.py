@@ -73,8 +73,17 @@ def build_registry() -> kopf.OperatorRegistry:
     # -- wake-ups -----------------------------------------------------------------------------
 
     @kopf.on.event("pods", labels=ours, registry=registry)
-    def pod_changed(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-        memo_context(memo).wake(labels[naming.LABEL_RUN_UID])
+    def pod_changed(
+        labels: kopf.Labels, status: kopf.Status, type: str, memo: kopf.Memo, **kw: Any
+    ) -> None:
+        ctx = memo_context(memo)
+        ctx.wake(labels[naming.LABEL_RUN_UID])
+        if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
+            # Capacity freed: gangs waiting for it look again now, not at their next poll.
+            crucible_pods: PodIndex = kw["crucible_pods"]
+            for uid, store in crucible_pods.items():
+                if any(p.gated for p in store):
+                    ctx.wake(uid)
 
     @kopf.on.event("nodes", registry=registry)
     def node_changed(name: str, body: kopf.Body, type: str, memo: kopf.Memo, **kw: Any) -> None:
@@ -167,9 +176,8 @@ async def _one_pass(
     uid: str,
 ) -> float | None:
     started = time.perf_counter()
-    observed = _observe(ctx, indexes, uid)
     try:
-        return await Pass(ctx, body, tracked, observed).run()
+        return await Pass(ctx, body, tracked, lambda: _observe(ctx, indexes, uid)).run()
     except Exception as exc:
         # The API restarting, a conflict, a timeout, a bug: the next pass starts from the
         # observed state again, so retrying is always safe, and a loop that died would

@@ -17,8 +17,9 @@ The next move, by the run's phase in the control plane:
   then report the end: Succeeded, or Interrupted for recovery to decide.
 """
 
+import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,8 +42,9 @@ from crucible_operator.status import Condition, build_status, changed
 log = logging.getLogger(__name__)
 
 # Seconds until the next pass when nothing wakes the loop sooner (pod events do).
-POLL_WAITING = 2.0  # inputs, backoff, recovery deciding
-POLL_RUNNING = 5.0  # cancel / preempt requests arrive through the API
+POLL_WAITING = 2.0  # on the control plane: inputs, backoff, recovery deciding
+POLL_CLUSTER = 10.0  # on the cluster, whose events wake the loop: a rare safety net
+POLL_RUNNING = 10.0  # cancel / preempt requests arrive through the API
 POLL_SOON = 0.5
 
 
@@ -73,7 +75,11 @@ class Observed:
 
 class Pass:
     def __init__(
-        self, ctx: OperatorContext, owner: kopf.Body, tracked: Tracked, seen: Observed
+        self,
+        ctx: OperatorContext,
+        owner: kopf.Body,
+        tracked: Tracked,
+        observe: Callable[[], Observed],
     ) -> None:
         self.ctx = ctx
         self.owner = owner  # kopf's live view, for adopt() and events
@@ -83,7 +89,8 @@ class Pass:
         self.meta = body["metadata"]
         self.spec = body.get("spec") or {}
         self.tracked = tracked
-        self.seen = seen
+        self.observe = observe
+        self.seen = observe()
         self.events: list[tuple[str, str, str]] = []  # emitted after the status write
         self.results: dict[str, float] | None = None
         self.latest: RunPublic | None = None  # the run as the last answer showed it
@@ -129,8 +136,19 @@ class Pass:
     async def _registered(self) -> RunPublic | None:
         run_id = self.tracked.run_id or (self.body.get("status") or {}).get("runId")
         if run_id:
-            self.tracked.run_id = int(run_id)
-            return await self.ctx.call(self.ctx.api.get_run, int(run_id))
+            try:
+                run: RunPublic = await self.ctx.call(self.ctx.api.get_run, int(run_id))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                # A control plane that never heard of it (restored from an older backup,
+                # or another one): register again, by uid, like a new resource.
+                log.warning(
+                    "run %s of %s is unknown to the control plane", run_id, self.meta["name"]
+                )
+            else:
+                self.tracked.run_id = run.id
+                return run
         try:
             run = await registration.register(self.ctx, self.body)
         except registration.RegistrationRefused as exc:
@@ -241,7 +259,7 @@ class Pass:
                 reasons.CONDITION_SCHEDULED, False, verdict.reason or "Pending", message
             )
             await self._report(run, Phase.Scheduling, verdict.reason or "", message)
-            return POLL_WAITING
+            return POLL_CLUSTER
         self.tracked.scheduled = Condition(
             reasons.CONDITION_SCHEDULED, True, "AllPodsBound", f"{expected} pod(s) bound"
         )
@@ -251,7 +269,7 @@ class Pass:
                 await self._report(run, Phase.Running, "", f"attempt {number}: all pods running")
                 self._emit("Normal", "Running", f"attempt {number}: {expected} pod(s) running")
             return POLL_RUNNING
-        return POLL_WAITING  # starting: bound, containers not all running yet
+        return POLL_CLUSTER  # starting: bound, containers not all running yet
 
     async def _release_gang(self, run: RunPublic, mine: Sequence[PodFacts], expected: int) -> float:
         sample = pods.build_pods(
@@ -271,24 +289,27 @@ class Pass:
                 for t in sample.get("tolerations") or []
             ],
         )
-        async with self.ctx.gang_lock:
-            placement = gang.fit(
-                want,
-                self.seen.nodes.values(),
-                self.seen.bound,
-                [*self.seen.released, *self.ctx.released.values()],
-            )
-            if placement.fits:
-                for pod in mine:
-                    if pod.gated:
-                        await self.ctx.kube.patch(
-                            Pod,
-                            pod.name,
-                            {"spec": {"schedulingGates": []}},
-                            namespace=pod.namespace,
-                            patch_type=PatchType.MERGE,
-                        )
-                        self.ctx.released[(pod.namespace, pod.name)] = pod.demand
+        # Check and reserve in one step (no await in between: the event loop runs one
+        # coroutine at a time), so two gangs never count the same free GPUs; the gates
+        # are lifted after, outside any lock, so gangs do not queue behind each other's
+        # API calls.
+        self.seen = self.observe()  # as of now: other gangs may have moved meanwhile
+        placement = gang.fit(
+            want,
+            self.seen.nodes.values(),
+            self.seen.bound,
+            [*self.seen.released, *self.ctx.released.values()],
+        )
+        gated = [pod for pod in mine if pod.gated]
+        if placement.fits:
+            for pod in gated:
+                self.ctx.released[(pod.namespace, pod.name)] = pod.demand
+            try:
+                await asyncio.gather(*(self._lift_gate(pod) for pod in gated))
+            except Exception:
+                for pod in gated:
+                    self.ctx.released.pop((pod.namespace, pod.name), None)
+                raise
         if placement.fits:
             self.tracked.scheduled = Condition(
                 reasons.CONDITION_SCHEDULED, None, "GangReleased", placement.message
@@ -300,7 +321,16 @@ class Pass:
         if run.reason != reasons.REASON_UNSCHEDULABLE:
             self._emit("Warning", reasons.REASON_UNSCHEDULABLE, placement.message)
         await self._report(run, Phase.Scheduling, reasons.REASON_UNSCHEDULABLE, placement.message)
-        return POLL_WAITING
+        return POLL_CLUSTER  # freed capacity wakes gated runs (handlers.pod_changed)
+
+    async def _lift_gate(self, pod: PodFacts) -> None:
+        await self.ctx.kube.patch(
+            Pod,
+            pod.name,
+            {"spec": {"schedulingGates": []}},
+            namespace=pod.namespace,
+            patch_type=PatchType.MERGE,
+        )
 
     async def _check_preempt_requests(
         self, run: RunPublic, number: int, mine: Sequence[PodFacts]

@@ -30,6 +30,11 @@ class Settings(BaseSettings):
         default=None, description="Built dashboard to serve at /; default: web/dist of a checkout."
     )
     db_pool_size: int = Field(default=10, ge=1)
+    drift_settle_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A Kubernetes run unchanged this long whose resource is gone is Cancelled.",
+    )
 
     @field_validator("home", mode="after")
     @classmethod

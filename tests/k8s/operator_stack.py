@@ -89,6 +89,7 @@ class Stack:
             "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN,
             "CRUCIBLE_API_URL": self.url,
             "CRUCIBLE_TOKEN": ADMIN_TOKEN,
+            "CRUCIBLE_DRIFT_SETTLE_SECONDS": "1",
         }
         self.env = env
         self.server = Process(

@@ -396,3 +396,35 @@ def test_the_kubernetes_examples_pass_the_api_servers_validation(stack: Stack, n
     out = h.kubectl("apply", "--dry-run=server", "-f", str(examples), namespace=ns)
     assert "multinode-sft created (server dry run)" in out
     assert "loop-rl created (server dry run)" in out
+
+
+def test_a_resource_deleted_behind_the_operators_back_is_recorded_cancelled(
+    stack: Stack, ns: str
+) -> None:
+    h.apply(training_run("vanished", gpusPerNode=1), namespace=ns)
+    wait_running_pods(stack, ns, "vanished", 1, 1)
+    run = api_run(stack, ns, "vanished")
+    stack.operator.kill()
+    try:
+        h.kubectl(
+            "patch",
+            "tr",
+            "vanished",
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+            namespace=ns,
+        )
+        h.kubectl("delete", "tr", "vanished", "--wait=true", namespace=ns)
+        # The workers' drift repair (every 30 s) notices the resource is gone.
+        stack.wait_for(
+            "the run Cancelled",
+            lambda: stack.get(f"/runs/{run['id']}")["phase"] == "Cancelled",
+            seconds=75,
+        )
+    finally:
+        stack.operator.start()
+    run = stack.get(f"/runs/{run['id']}")
+    assert run["reason"] == "ResourceDeleted"
+    (attempt,) = stack.get(f"/runs/{run['id']}/attempts")
+    assert attempt["end_reason"] == "ResourceDeleted"

@@ -287,6 +287,25 @@ def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str
     session.flush()
 
 
+def end_open_attempt(session: Session, run: Run, reason: str, message: str = "") -> None:
+    """End the run's open attempt, if any, for a reason judged outside the backend."""
+    attempt = session.scalar(
+        select(Attempt).where(Attempt.run_id == run.id, Attempt.ended_at.is_(None))
+    )
+    if attempt is None:
+        return
+    attempt.end_reason, attempt.message = reason, message
+    attempt.ended_at = datetime.now(UTC)
+    record_event(
+        session,
+        run_id=run.id,
+        type="AttemptEnded",
+        reason=reason,
+        message=message or f"attempt {attempt.number} ended",
+        data={"attempt": attempt.number, "exit_code": None},
+    )
+
+
 def start_attempt(
     *, session: Session, principal: Principal, run_id: int, attempt_in: AttemptStart
 ) -> AttemptPublic:

@@ -25,6 +25,7 @@ REASON_INPUTS_MISSING = "InputsMissing"
 REASON_PRODUCER_FAILED = "ProducerFailed"
 REASON_SUBMITTED = "Submitted"
 REASON_INVALID_SPEC = "InvalidSpec"
+REASON_RESOURCE_DELETED = "ResourceDeleted"  # its custom resource vanished past the operator
 
 # Event types other components act on
 EVENT_PREEMPT_REQUESTED = "PreemptRequested"  # the executor/operator drains the run

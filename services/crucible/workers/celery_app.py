@@ -45,6 +45,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
             "promote-recovering": {"task": "crucible.promote_recovering", "schedule": 1.0},
             "expire-silent-attempts": {"task": "crucible.expire_silent_attempts", "schedule": 10.0},
             "retire-checkpoints": {"task": "crucible.retire_checkpoints", "schedule": 30.0},
+            "repair-drift": {"task": "crucible.repair_drift", "schedule": 30.0},
         },
     )
     _register_tasks(app, settings)
@@ -85,6 +86,10 @@ def _register_tasks(app: Celery, settings: Settings) -> None:
     @app.task(name="crucible.retire_checkpoints")  # type: ignore[untyped-decorator]
     def retire_checkpoints() -> int:
         return sweeps.retire_checkpoints(factory())
+
+    @app.task(name="crucible.repair_drift")  # type: ignore[untyped-decorator]
+    def repair_drift() -> list[int]:
+        return sweeps.repair_drift(factory(), settle_seconds=settings.drift_settle_seconds)
 
 
 def run_worker(

@@ -7,15 +7,20 @@ registers it by uid, the control plane adopts this run instead of creating anoth
 Creating is idempotent: a redelivered message finds the resource there (409) and stops.
 """
 
+import logging
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from lightkube import ApiError, Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import PatchType
 
 from crucible.db.tables import Run
 
 RUN_ID_ANNOTATION = "crucible.dev/run-id"  # the operator's naming.ANNOTATION_RUN_ID
+NEXT_ATTEMPT_ANNOTATION = "crucible.dev/next-attempt"
+log = logging.getLogger(__name__)
 
 
 KINDS = {"TrainingRun": "trainingruns", "RolloutJob": "rolloutjobs", "EvalJob": "evaljobs"}
@@ -56,3 +61,50 @@ def create_custom_resource(run: Run) -> str:
             return f"{run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name} already exists"
         raise
     return f"created {run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name}"
+
+
+@dataclass(frozen=True)
+class DueAttempt:
+    """A Kubernetes run recovery moved back to Scheduling (read before the commit)."""
+
+    run_id: int
+    kind: str
+    namespace: str
+    name: str
+    attempt: int
+
+    @classmethod
+    def of(cls, run: Run) -> "DueAttempt":
+        return cls(
+            run.id,
+            run.manifest["kind"],
+            run.k8s_namespace or "",
+            run.k8s_name or run.name,
+            run.attempt_count + 1,
+        )
+
+
+def announce_next_attempt(due: DueAttempt) -> None:
+    """Annotate the run's resource with the attempt that is due, so the operator (woken by
+    the change) creates its pods now rather than at its next poll. Best effort: the poll
+    still finds the run if this fails."""
+    resource = create_namespaced_resource("crucible.dev", "v1alpha1", due.kind, KINDS[due.kind])
+    patch = {"metadata": {"annotations": {NEXT_ATTEMPT_ANNOTATION: str(due.attempt)}}}
+    try:
+        _client().patch(
+            resource, due.name, patch, namespace=due.namespace, patch_type=PatchType.MERGE
+        )
+    except (ApiError, OSError) as exc:
+        log.warning(
+            "could not annotate run %s's resource with its next attempt: %s", due.run_id, exc
+        )
+
+
+def existing_uids(kind: str, namespace: str) -> set[str]:
+    """Uids of the resources of one kind in one namespace (one LIST, however many runs)."""
+    resource = create_namespaced_resource("crucible.dev", "v1alpha1", kind, KINDS[kind])
+    return {
+        obj.metadata.uid
+        for obj in _client().list(resource, namespace=namespace)
+        if obj.metadata is not None and obj.metadata.uid is not None
+    }

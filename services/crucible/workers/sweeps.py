@@ -2,12 +2,18 @@
 that stopped sending heartbeats as hung, and apply checkpoint retention."""
 
 import shutil
+from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from crucible.artifacts import storage
-from crucible.core import recovery, retention, watchdog
+from crucible.core import recovery, retention, runs, watchdog
 from crucible.db.engine import transaction
+from crucible.db.tables import Run
+from crucible.domain import reasons
+from crucible.domain.enums import TERMINAL_PHASES, Backend, Phase
+from crucible.workers import kubernetes
 
 DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 120.0
 """Four missed SDK heartbeats (sent every 15 s) and some slack for a busy API."""
@@ -18,7 +24,15 @@ def promote_recovering(factory: sessionmaker[Session]) -> list[int]:
     run whose messages came while the facts were half reported)."""
     with transaction(factory) as session:
         recovery.decide_stranded(session)
-        return recovery.promote_due(session)
+        promoted = recovery.promote_due(session)
+        on_kubernetes = [
+            kubernetes.DueAttempt.of(run)
+            for run in session.scalars(select(Run).where(Run.id.in_(promoted)))
+            if run.backend == Backend.kubernetes.value and run.k8s_namespace
+        ]
+    for due in on_kubernetes:  # after the commit: the operator must read the new phase
+        kubernetes.announce_next_attempt(due)
+    return promoted
 
 
 def expire_silent_attempts(
@@ -40,3 +54,41 @@ def retire_checkpoints(factory: sessionmaker[Session]) -> int:
             else:
                 path.unlink(missing_ok=True)
     return len(retired)
+
+
+def repair_drift(factory: sessionmaker[Session], settle_seconds: float = 60.0) -> list[int]:
+    """Runs whose custom resource is gone (deleted past its finalizer while no operator
+    ran) would wait forever: record them Cancelled, with their open attempt ended."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=settle_seconds)
+    with transaction(factory) as session:
+        candidates = [
+            (run.id, run.manifest["kind"], run.k8s_namespace or "", run.k8s_name or "", uid)
+            for run in session.scalars(
+                select(Run).where(
+                    Run.backend == Backend.kubernetes.value,
+                    Run.k8s_uid.is_not(None),
+                    Run.phase.not_in([p.value for p in TERMINAL_PHASES]),
+                    Run.updated_at < cutoff,
+                )
+            )
+            if (uid := run.k8s_uid) is not None
+        ]
+    present: dict[tuple[str, str], set[str]] = {}
+    for _, kind, namespace, _, _ in candidates:
+        if (kind, namespace) not in present:
+            present[kind, namespace] = kubernetes.existing_uids(kind, namespace)
+    gone = [run_id for run_id, kind, ns, _, uid in candidates if uid not in present[kind, ns]]
+    with transaction(factory) as session:
+        for run_id in gone:
+            run = session.get_one(Run, run_id, with_for_update=True)
+            if Phase(run.phase).is_terminal:
+                continue
+            runs.end_open_attempt(session, run, reasons.REASON_RESOURCE_DELETED)
+            runs.move_run(
+                session,
+                run,
+                Phase.Cancelled,
+                reasons.REASON_RESOURCE_DELETED,
+                f"its {run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name} no longer exists",
+            )
+    return gone
