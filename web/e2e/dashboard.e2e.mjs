@@ -107,6 +107,7 @@ try {
   await page.getByLabel('Kind').selectOption('eval');
   await page.getByText('1 run', { exact: true }).waitFor();
   check((await bodyRows.allInnerTexts()).join().includes(`${runName}-eval`), 'filtering by kind leaves the eval job');
+  check(page.url().includes('kind=eval'), 'the filter is kept in the link, for Back and sharing');
   await page.getByLabel('Phase').selectOption('Failed');
   await page.getByText('No runs match these filters').waitFor();
   check(true, 'a filter that matches nothing says how to get the runs back');

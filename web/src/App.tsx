@@ -55,7 +55,7 @@ export function App() {
         <Suspense fallback={<Loading what="the page" />}>
           {route.page === 'projects' && <Projects />}
           {route.page === 'project' && <Project key={route.id} id={route.id} />}
-          {route.page === 'experiment' && <Experiment key={route.id} id={route.id} />}
+          {route.page === 'experiment' && <Experiment key={route.id} id={route.id} search={route.search} />}
           {route.page === 'run' && <Run key={route.id} id={route.id} />}
           {route.page === 'checkpoint' && <Checkpoint key={route.id} id={route.id} />}
           {route.page === 'lineage' && <Lineage node={route.node} />}

@@ -9,7 +9,8 @@ describe('parseRoute', () => {
     expect(parseRoute('#/signin')).toEqual({ page: 'signin' });
     expect(parseRoute('#/signin?code=a-B_9')).toEqual({ page: 'signin', code: 'a-B_9' });
     expect(parseRoute('#/projects/3')).toEqual({ page: 'project', id: 3 });
-    expect(parseRoute('#/experiments/12')).toEqual({ page: 'experiment', id: 12 });
+    expect(parseRoute('#/experiments/12')).toEqual({ page: 'experiment', id: 12, search: '' });
+    expect(parseRoute('#/experiments/12?kind=eval')).toEqual({ page: 'experiment', id: 12, search: 'kind=eval' });
     expect(parseRoute('#/runs/7')).toEqual({ page: 'run', id: 7 });
     expect(parseRoute('#/checkpoints/9')).toEqual({ page: 'checkpoint', id: 9 });
     expect(parseRoute('#/lineage/dataset_version/4')).toEqual({
@@ -21,7 +22,8 @@ describe('parseRoute', () => {
 
   it('round-trips the links it builds', () => {
     expect(parseRoute(href.run(42))).toEqual({ page: 'run', id: 42 });
-    expect(parseRoute(href.experiment(5))).toEqual({ page: 'experiment', id: 5 });
+    expect(parseRoute(href.experiment(5))).toEqual({ page: 'experiment', id: 5, search: '' });
+    expect(parseRoute(href.experiment(5, 'sort=name'))).toEqual({ page: 'experiment', id: 5, search: 'sort=name' });
     expect(parseRoute(href.checkpoint(8))).toEqual({ page: 'checkpoint', id: 8 });
     expect(parseRoute(href.lineage('eval_result', 2))).toEqual({
       page: 'lineage',

@@ -8,7 +8,7 @@ export type Route =
   | { page: 'signin'; code?: string }
   | { page: 'projects' }
   | { page: 'project'; id: number }
-  | { page: 'experiment'; id: number }
+  | { page: 'experiment'; id: number; search: string }
   | { page: 'run'; id: number }
   | { page: 'checkpoint'; id: number }
   | { page: 'lineage'; node: { type: LineageNodeType; id: number } }
@@ -32,7 +32,7 @@ export function parseRoute(hash: string): Route {
   if (match) {
     const id = Number(match[2]);
     if (match[1] === 'projects') return { page: 'project', id };
-    if (match[1] === 'experiments') return { page: 'experiment', id };
+    if (match[1] === 'experiments') return { page: 'experiment', id, search };
     if (match[1] === 'checkpoints') return { page: 'checkpoint', id };
     return { page: 'run', id };
   }
@@ -53,7 +53,7 @@ export const href = {
   projects: () => '#/',
   signIn: () => '#/signin',
   project: (id: number) => `#/projects/${id}`,
-  experiment: (id: number) => `#/experiments/${id}`,
+  experiment: (id: number, search = '') => `#/experiments/${id}${search ? `?${search}` : ''}`,
   run: (id: number) => `#/runs/${id}`,
   checkpoint: (id: number) => `#/checkpoints/${id}`,
   lineage: (type: LineageNodeType, id: number) => `#/lineage/${type}/${id}`,

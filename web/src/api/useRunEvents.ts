@@ -14,10 +14,11 @@ const TOUCHED = ['run', 'attempts', 'checkpoints', 'evals', 'goodput'];
  * The run's events: the history once, then new ones as the server pushes them over SSE while
  * `live`, resuming after a dropped connection from the last event seen.
  */
-export function useRunEvents(runId: number, live: boolean) {
+export function useRunEvents(runId: number, live: boolean, enabled = true) {
   const queryClient = useQueryClient();
   const events = useQuery({
     queryKey: ['events', runId],
+    enabled,
     queryFn: async () =>
       unwrap(
         await api.GET('/api/v1/runs/{run_id}/events', {

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 
-import { ariaSort, DEFAULT_FILTERS, runsQuery, toggleSelected, toggleSort } from './runFilters';
+import {
+  ariaSort,
+  DEFAULT_FILTERS,
+  filtersFromSearch,
+  filtersToSearch,
+  runsQuery,
+  toggleSelected,
+  toggleSort,
+} from './runFilters';
 import { needsMore, visibleRows } from './virtual';
 
 describe('runsQuery', () => {
@@ -45,5 +53,19 @@ describe('visibleRows', () => {
   it('asks for the next page only near the end of what is loaded', () => {
     expect(needsMore(30, 100)).toBe(false);
     expect(needsMore(85, 100)).toBe(true);
+  });
+});
+
+describe('filters in the link', () => {
+  it('round-trips and leaves the defaults out', () => {
+    expect(filtersToSearch(DEFAULT_FILTERS)).toBe('');
+    const picked = { phase: 'Failed', kind: 'eval', sort: 'name', descending: true } as const;
+    expect(filtersToSearch(picked)).toBe('phase=Failed&kind=eval&sort=name&order=desc');
+    expect(filtersFromSearch(filtersToSearch(picked))).toEqual(picked);
+    expect(filtersFromSearch('sort=name')).toEqual({ ...DEFAULT_FILTERS, sort: 'name', descending: false });
+  });
+
+  it('ignores values it does not know', () => {
+    expect(filtersFromSearch('phase=Exploded&kind=x&sort=gpus&order=up')).toEqual(DEFAULT_FILTERS);
   });
 });

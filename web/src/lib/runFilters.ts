@@ -56,3 +56,25 @@ export function toggleSelected(selected: number[], id: number, limit = 8): numbe
   if (selected.includes(id)) return selected.filter((other) => other !== id);
   return [...selected, id].slice(-limit);
 }
+
+/** The filters as the hash's query (`phase=Failed&sort=name&order=asc`), defaults left out. */
+export function filtersToSearch(filters: RunFilters): string {
+  const params = new URLSearchParams();
+  if (filters.phase) params.set('phase', filters.phase);
+  if (filters.kind) params.set('kind', filters.kind);
+  if (filters.sort !== DEFAULT_FILTERS.sort) params.set('sort', filters.sort);
+  if (filters.descending !== (filters.sort === 'created_at')) params.set('order', filters.descending ? 'desc' : 'asc');
+  return params.toString();
+}
+
+/** The filters a link carries; anything unknown falls back to the default, never an error. */
+export function filtersFromSearch(search: string): RunFilters {
+  const params = new URLSearchParams(search);
+  const phase = PHASES.find((p) => p === params.get('phase')) ?? '';
+  const kind = KINDS.find((k) => k === params.get('kind')) ?? '';
+  const sorts: SortKey[] = ['created_at', 'name', 'phase'];
+  const sort = sorts.find((s) => s === params.get('sort')) ?? DEFAULT_FILTERS.sort;
+  const order = params.get('order');
+  const descending = order === 'desc' ? true : order === 'asc' ? false : sort === 'created_at';
+  return { phase, kind, sort, descending };
+}

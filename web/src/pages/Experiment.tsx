@@ -9,6 +9,8 @@ import { age, orDash, percent, score } from '../format';
 import {
   ariaSort,
   DEFAULT_FILTERS,
+  filtersFromSearch,
+  filtersToSearch,
   KINDS,
   PHASES,
   runsQuery,
@@ -24,10 +26,11 @@ const PAGE_SIZE = 100;
 const ROW_HEIGHT = 37; // px; styles.css gives .runs rows this height so the arithmetic holds
 const VIEWPORT_HEIGHT = 640;
 
-export function Experiment({ id }: { id: number }) {
+/** An experiment's runs; the filters live in the link (`search`), so Back and a shared link keep them. */
+export function Experiment({ id, search }: { id: number; search: string }) {
   const experiment = useExperiment(id);
   const project = useProject(experiment.data?.project_id);
-  const [filters, setFilters] = useState<RunFilters>(DEFAULT_FILTERS);
+  const filters = filtersFromSearch(search);
   const [selected, setSelected] = useState<number[]>([]);
   const [scrollTop, setScrollTop] = useState(0);
   const viewport = useRef<HTMLDivElement>(null);
@@ -75,7 +78,7 @@ export function Experiment({ id }: { id: number }) {
   }, [wantMore, hasNextPage, isFetchingNextPage, fetchNextPage]);
 
   function change(next: RunFilters) {
-    setFilters(next);
+    navigate(href.experiment(id, filtersToSearch(next)));
     setScrollTop(0);
     viewport.current?.scrollTo({ top: 0 });
   }

@@ -33,27 +33,8 @@ export function Run({ id }: { id: number }) {
   const experiment = useExperiment(run.data?.experiment_id);
   const project = useProject(run.data?.project_id);
   const live = run.data !== undefined && !TERMINAL.includes(run.data.phase);
-  const { events, stream } = useRunEvents(id, live);
   const [zoom, setZoom] = useState<StepWindow | null>(null);
 
-  const attempts = useQuery({
-    queryKey: ['attempts', id],
-    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/attempts', { params: { path } })),
-  });
-  const goodput = useQuery({
-    queryKey: ['goodput', id],
-    refetchInterval: live ? 15_000 : false,
-    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/goodput', { params: { path } })),
-  });
-  const checkpoints = useQuery({
-    queryKey: ['checkpoints', id],
-    queryFn: async () =>
-      unwrap(await api.GET('/api/v1/runs/{run_id}/checkpoints', { params: { path, query: { limit: 500 } } })),
-  });
-  const evals = useQuery({
-    queryKey: ['evals', id],
-    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/evals', { params: { path } })),
-  });
   const metrics = useQuery({
     queryKey: ['metrics', id, MAX_POINTS, zoom?.stepMin, zoom?.stepMax],
     refetchInterval: live ? 10_000 : false,
@@ -69,7 +50,33 @@ export function Run({ id }: { id: number }) {
         }),
       ),
   });
+  // The lists below are cheap, but on a busy single-process server they would slow the
+  // metrics query down; the charts are what the page is opened for, so they go first.
+  const chartsAsked = !metrics.isPending;
+  const { events, stream } = useRunEvents(id, live, chartsAsked);
 
+  const attempts = useQuery({
+    queryKey: ['attempts', id],
+    enabled: chartsAsked,
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/attempts', { params: { path } })),
+  });
+  const goodput = useQuery({
+    queryKey: ['goodput', id],
+    enabled: chartsAsked,
+    refetchInterval: live ? 15_000 : false,
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/goodput', { params: { path } })),
+  });
+  const checkpoints = useQuery({
+    queryKey: ['checkpoints', id],
+    enabled: chartsAsked,
+    queryFn: async () =>
+      unwrap(await api.GET('/api/v1/runs/{run_id}/checkpoints', { params: { path, query: { limit: 500 } } })),
+  });
+  const evals = useQuery({
+    queryKey: ['evals', id],
+    enabled: chartsAsked,
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}/evals', { params: { path } })),
+  });
   if (run.isPending) return <Loading what="the run" />;
   if (run.isError) return <ErrorBox error={run.error} retry={() => void run.refetch()} />;
   const r = run.data;
@@ -94,6 +101,17 @@ export function Run({ id }: { id: number }) {
         <dd>{r.backend}</dd>
         <dt>GPUs</dt>
         <dd>{r.gpus}</dd>
+        {r.k8s_name && (
+          <>
+            <dt>Kubernetes</dt>
+            <dd>
+              <code>
+                {r.k8s_namespace}/{r.k8s_name}
+              </code>{' '}
+              <span className="muted">pods: kubectl get pods -n {r.k8s_namespace} -l crucible.dev/run={r.k8s_name}</span>
+            </dd>
+          </>
+        )}
         <dt>Latest step</dt>
         <dd>{orDash(r.latest_step)}</dd>
         <dt>Attempts</dt>
