@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crucible.core.run_logs import log_path
 from crucible.core.signin import issue_code
 from tests.servers import LocalServer, free_port, local_server, wait_until_serving
 
@@ -135,6 +136,12 @@ def _seed(server: LocalServer) -> dict[str, Any]:
                     for s in range(0, 300)
                 ]
                 _call(client, "POST", f"/runs/{sweep['id']}/metrics", json={"points": curve})
+        # The second attempt's output, where the local executor would have written it.
+        log = log_path(server.home, rid, 2)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(
+            "".join(f"step {s} loss {2.5 * math.exp(-s / 150):.4f}\n" for s in range(250, STEPS))
+        )
         seeded: dict[str, Any] = _call(client, "GET", f"/runs/{rid}")
         return seeded
 
@@ -198,6 +205,7 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
                 "COMPARE": f"sweep-{NEWER_RUNS - 1},sweep-{NEWER_RUNS - 2}",
                 "SCREENSHOT_DIR": str(screenshots),
                 "SIGNIN_CODE": issue_code(server.home),
+                "RUN_LOG": str(log_path(server.home, run["id"], 2)),
                 "CHROMIUM": CHROMIUM,
             }
             e2e = subprocess.run(

@@ -1,7 +1,7 @@
 // Drive the dashboard in Debian's Chromium: sign in, walk projects -> experiment -> run, and
 // check what a user would see. tests/browser/test_dashboard.py seeds a server and runs this;
 // by hand: BASE_URL=http://127.0.0.1:4173 TOKEN=cru_... RUN_NAME=... node e2e/dashboard.e2e.mjs
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -21,6 +21,7 @@ const compare = env('COMPARE', '').split(',').filter(Boolean);
 const screenshots = env('SCREENSHOT_DIR', join(tmpdir(), 'crucible-screenshots'));
 const executablePath = env('CHROMIUM', '/usr/bin/chromium');
 const signInCode = env('SIGNIN_CODE', '');
+const runLog = env('RUN_LOG', '');
 
 function check(condition, message) {
   if (!condition) throw new Error(`check failed: ${message}`);
@@ -253,6 +254,15 @@ try {
   await page.getByRole('list', { name: 'Events' }).getByText('checkpoint at step 590 registered').waitFor();
   await checkpoints.locator('tbody tr').nth(2).waitFor();
   check(true, 'the new event and checkpoint appear on the open page');
+
+  if (runLog) {
+    const logView = page.getByLabel('Log of attempt 2');
+    await logView.getByText('step 599 loss').waitFor();
+    check(true, "the log shows the end of the latest attempt's output");
+    appendFileSync(runLog, 'saved checkpoint at step 600\n');
+    await logView.getByText('saved checkpoint at step 600').waitFor();
+    check(true, 'the log follows new lines while the run is live');
+  }
 
   // The lineage explorer around the step-500 checkpoint: the run that wrote it, the dataset
   // that run read, and its eval, laid out as a graph.

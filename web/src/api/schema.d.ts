@@ -611,6 +611,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/log-tail": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Run Log Tail
+         * @description The end of an attempt's output (stdout and stderr) as the local executor wrote it;
+         *     for a Kubernetes run, where to find its pods' logs instead.
+         */
+        get: operations["getRunLogTail"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/metrics": {
         parameters: {
             query?: never;
@@ -1497,6 +1518,34 @@ export interface components {
             /** Label */
             label: string;
             type: components["schemas"]["NodeType"];
+        };
+        /** LogTail */
+        LogTail: {
+            /**
+             * Attempt
+             * @description The attempt whose log this is; None before any.
+             */
+            attempt: number | null;
+            /**
+             * Message
+             * @description Why there is no text, and where to look instead.
+             */
+            message: string;
+            /**
+             * Size Bytes
+             * @description The whole log's size.
+             */
+            size_bytes: number;
+            /**
+             * Text
+             * @description The last `tail_bytes` of the log, from a line start.
+             */
+            text: string;
+            /**
+             * Truncated
+             * @description True when the log is longer than what came back.
+             */
+            truncated: boolean;
         };
         /**
          * MetricBatch
@@ -3790,6 +3839,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["InputsResolution"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getRunLogTail: {
+        parameters: {
+            query?: {
+                /** @description Attempt number; default the latest. */
+                attempt?: number | null;
+                tail_bytes?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogTail"];
                 };
             };
             /** @description Validation Error */

@@ -7,6 +7,7 @@ import { useRunEvents } from '../api/useRunEvents';
 import { AttemptTimeline } from '../components/AttemptTimeline';
 import { CheckpointsTable } from '../components/CheckpointsTable';
 import { GoodputSummary } from '../components/GoodputSummary';
+import { LogTail } from '../components/LogTail';
 import { MetricChart } from '../components/MetricChart';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { Empty, ErrorBox, Loading } from '../components/states';
@@ -213,6 +214,11 @@ export function Run({ id }: { id: number }) {
             ))}
           </ol>
         )}
+      </section>
+
+      <section>
+        <h2>Log</h2>
+        {attempts.data && <LogTail runId={id} attempts={attempts.data} live={live} />}
       </section>
 
       <section>
