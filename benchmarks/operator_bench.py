@@ -15,7 +15,7 @@ created and to it being bound; runs/s; the operator's CPU seconds and peak memor
 PreemptionByScheduler, then deleted, as kube-scheduler does); time from the injection to
 the replacement pod's creation (backoffSeconds 0: the policy's own wait is not the
 system's latency). Then 100 checkpoints registered through the API on a run with an eval
-policy; time to each EvalJob resource's creation.
+policy, one at a time; time to each EvalJob resource's creation.
 
 Results: benchmarks/results/operator_scale.json and operator_recovery.json.
 """
@@ -264,7 +264,8 @@ async def recovery(
         before = time.monotonic()
         checkpoint = await asyncio.to_thread(stack.post, f"/runs/{run['id']}/checkpoints", body)
         registered[checkpoint["id"]] = before
-        await asyncio.sleep(0.05)
+        # One at a time (checkpoints come minutes apart): latency, not a queue's throughput.
+        await wait_until(lambda c=checkpoint["id"]: c in seen, 60, "the EvalJob")  # type: ignore[misc]
     await wait_until(lambda: set(registered) <= set(seen), 120, "EvalJobs")
     eval_watch.cancel()
     await client.close()

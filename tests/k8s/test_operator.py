@@ -428,3 +428,60 @@ def test_a_resource_deleted_behind_the_operators_back_is_recorded_cancelled(
     assert run["reason"] == "ResourceDeleted"
     (attempt,) = stack.get(f"/runs/{run['id']}/attempts")
     assert attempt["end_reason"] == "ResourceDeleted"
+
+
+def test_every_checkpoint_gets_one_evaljob_resource_that_reports_its_scores(
+    stack: Stack, ns: str
+) -> None:
+    fake_exit = {"crucible.dev/fake-exit-code": "0", "crucible.dev/fake-run-duration": "1s"}
+    h.apply(
+        training_run(
+            "scored",
+            gpusPerNode=1,
+            evals=[{"suite": "arith", "gpus": 1}],
+        ),
+        namespace=ns,
+    )
+    wait_running_pods(stack, ns, "scored", 1, 1)
+    run = api_run(stack, ns, "scored")
+    checkpoint = stack.post(
+        f"/runs/{run['id']}/checkpoints",
+        {
+            "step": 10,
+            "uri": f"s3://ckpt/{ns}/scored/10",
+            "digest": "sha256:" + "c" * 64,
+            "size_bytes": 1,
+        },
+    )
+
+    def evaljobs() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = h.kubectl_json("get", "ej", namespace=ns)["items"]
+        return items
+
+    (job,) = stack.wait_for("the EvalJob resource", evaljobs)
+    name = job["metadata"]["name"]
+    assert job["spec"]["checkpoint"] == {"id": checkpoint["id"], "checkpoint": "latest"}
+    assert job["spec"]["suite"] == "arith"
+    (pod,) = wait_running_pods(stack, ns, name, 1, 1)
+    eval_run = api_run(stack, ns, name)
+    # What the eval workload does through the SDK: record the scores, then exit 0.
+    stack.post(
+        "/evals",
+        {
+            "checkpoint_id": checkpoint["id"],
+            "suite": "arith",
+            "scores": {"accuracy": 0.75},
+            "eval_run_id": eval_run["id"],
+        },
+    )
+    h.kubectl(
+        "annotate",
+        "pod",
+        pod["metadata"]["name"],
+        *[f"{k}={v}" for k, v in fake_exit.items()],
+        namespace=ns,
+    )
+    wait_phase(stack, ns, name, "Succeeded", kind="ej")
+    assert resource(ns, "ej", name)["status"]["results"] == {"accuracy": 0.75}
+    time.sleep(2)  # a redelivered trigger would show up as a second resource by now
+    assert len(evaljobs()) == 1
