@@ -104,6 +104,11 @@ try {
   check(true, 'it shows the best eval score of its checkpoints');
   check(/^\d+\.\d%$/.test(await row.locator('td').nth(8).innerText()), 'it shows its goodput');
 
+  check(
+    /Goodput \d+\.\d% over 1 run/.test(await page.getByLabel('Experiment goodput').innerText()),
+    "the experiment's goodput is summarised",
+  );
+
   // Filters and sorting are the server's: the eval job is the only run of its kind.
   await page.getByLabel('Kind').selectOption('eval');
   await page.getByText('1 run', { exact: true }).waitFor();
@@ -172,6 +177,8 @@ try {
   const body = await page.locator('main').innerText();
   check(body.includes('Running'), 'the run page shows the phase');
   const attempts = page.getByRole('table', { name: 'Attempts' });
+  // The lists load after the metrics (the page asks for the charts first).
+  await attempts.waitFor();
   check((await attempts.locator('tbody tr').count()) === 2, 'both attempts are listed');
   check((await attempts.innerText()).includes('preemption'), 'the second attempt says why');
   const events = await page.getByRole('list', { name: 'Events' }).innerText();
@@ -189,10 +196,9 @@ try {
     'both checkpoints are listed with a heldout column',
   );
   check(checkpointText.includes('0.798'), 'the latest checkpoint shows its eval score');
-  check(
-    (await page.getByRole('definition').filter({ hasText: '%' }).count()) >= 1,
-    'the goodput is shown as a percentage',
-  );
+  const goodput = page.getByLabel('Goodput', { exact: true });
+  await goodput.waitFor();
+  check(/\d+\.\d%/.test(await goodput.innerText()), 'the goodput is shown as a percentage');
   check(
     (await page.getByLabel('Spec as YAML').innerText()).includes('gpusPerNode: 2'),
     'the spec is shown as YAML',
@@ -285,6 +291,11 @@ try {
   check(page.url().includes('#/lineage/dataset_version/'), 'clicking a node moves the explorer to it');
   await graph.locator('.react-flow__node').filter({ hasText: runName }).first().waitFor();
   check(true, 'the dataset shows the run that read it');
+  const exactly = page.locator('.entity-label').getByText(runName, { exact: true });
+  await graph.locator('.react-flow__node').filter({ has: exactly }).focus();
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: `Lineage of run ${runName}` }).waitFor();
+  check(true, 'Enter on a focused node moves there too (keyboard)');
 
   await page.goto(`${baseUrl}/#/runs/${runId}`);
   await page.getByRole('table', { name: 'Checkpoints' }).getByRole('link', { name: '500', exact: true }).click();

@@ -77,7 +77,18 @@ export function LineageView({
   }, [graph]);
 
   return (
-    <div className="lineage-canvas" style={{ height }} data-testid="lineage-graph">
+    <div
+      className="lineage-canvas"
+      style={{ height }}
+      data-testid="lineage-graph"
+      // React Flow makes nodes focusable (Tab) but does nothing on Enter; open the focused one.
+      onKeyDown={(event) => {
+        if (event.key !== 'Enter') return;
+        const key = (event.target as HTMLElement).closest<HTMLElement>('.react-flow__node')?.dataset.id;
+        const entity = nodes.find((node) => node.id === key)?.data.entity;
+        if (entity) onOpen({ type: entity.type, id: entity.id });
+      }}
+    >
       <ReactFlow
         nodes={nodes}
         edges={edges}

@@ -1,11 +1,11 @@
-import { useInfiniteQuery, useQueries } from '@tanstack/react-query';
+import { useInfiniteQuery, useQueries, useQuery } from '@tanstack/react-query';
 import { useEffect, useRef, useState, type UIEvent } from 'react';
 
 import { api, unwrap, type Phase, type RunKind, type Schemas } from '../api/client';
 import { useExperiment, useProject } from '../api/queries';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { Empty, ErrorBox, Loading } from '../components/states';
-import { age, orDash, percent, score } from '../format';
+import { age, duration, orDash, percent, score } from '../format';
 import {
   ariaSort,
   DEFAULT_FILTERS,
@@ -34,6 +34,12 @@ export function Experiment({ id, search }: { id: number; search: string }) {
   const [selected, setSelected] = useState<number[]>([]);
   const [scrollTop, setScrollTop] = useState(0);
   const viewport = useRef<HTMLDivElement>(null);
+  const goodput = useQuery({
+    queryKey: ['experiment-goodput', id],
+    refetchInterval: 30_000,
+    queryFn: async () =>
+      unwrap(await api.GET('/api/v1/experiments/{experiment_id}/goodput', { params: { path: { experiment_id: id } } })),
+  });
 
   // Pages come from the API's cursor as the table is scrolled; only the rows in view are in
   // the DOM, so 10,000 runs cost what 40 do.
@@ -114,6 +120,13 @@ export function Experiment({ id, search }: { id: number; search: string }) {
       </nav>
       <h1>{experiment.data?.name ?? 'Experiment'}</h1>
       {experiment.data?.description && <p>{experiment.data.description}</p>}
+      {goodput.data && goodput.data.goodput !== null && (
+        <p className="muted" aria-label="Experiment goodput">
+          Goodput {percent(goodput.data.goodput)} over {goodput.data.runs} {goodput.data.runs === 1 ? 'run' : 'runs'} that ran:{' '}
+          {duration(goodput.data.work_lost_device_s)} of device time lost to interruptions,{' '}
+          {duration(goodput.data.restart_overhead_device_s)} waiting to restart.
+        </p>
+      )}
 
       <div className="toolbar" role="search" aria-label="Filter runs">
         <label>
