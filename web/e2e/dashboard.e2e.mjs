@@ -122,9 +122,10 @@ try {
   await page.getByRole('columnheader', { name: 'Name' }).and(page.locator('[aria-sort="ascending"]')).waitFor();
   await bodyRows.first().filter({ hasText: runName }).waitFor();
   check(true, 'sorting by name puts the seeded run first');
+  await bodyRows.first().locator('td').nth(7).filter({ hasText: '0.798' }).waitFor();
+  await page.screenshot({ path: join(screenshots, 'experiment.png') });
   await page.getByRole('button', { name: 'Age' }).click();
   await bodyRows.first().filter({ hasText: compare[0] ?? 'sweep' }).waitFor();
-  await page.screenshot({ path: join(screenshots, 'experiment.png') });
 
   if (compare.length > 0) {
     for (const name of compare) await page.getByLabel(`Select ${name}`, { exact: true }).check();

@@ -4,18 +4,18 @@ import { lazy, Suspense, useEffect } from 'react';
 import { clearToken, getToken } from './auth';
 import { Loading } from './components/states';
 import { ThemePicker } from './components/ThemePicker';
-import { Compare } from './pages/Compare';
 import { Experiment } from './pages/Experiment';
 import { Project } from './pages/Project';
 import { Projects } from './pages/Projects';
-import { Run } from './pages/Run';
 import { SignIn } from './pages/SignIn';
 import { href, navigate, parseRoute, useHash } from './router';
 
-// The graph pages carry React Flow and dagre; loaded when first opened, so the runs table and
-// the run page do not wait for them.
+// Pages with heavy libraries (uPlot for charts; React Flow and dagre for graphs) are loaded
+// when first opened, so the runs table does not wait for them, nor the run page for graphs.
 const Checkpoint = lazy(() => import('./pages/Checkpoint').then((m) => ({ default: m.Checkpoint })));
+const Compare = lazy(() => import('./pages/Compare').then((m) => ({ default: m.Compare })));
 const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.Lineage })));
+const Run = lazy(() => import('./pages/Run').then((m) => ({ default: m.Run })));
 
 export function App() {
   const route = parseRoute(useHash());
