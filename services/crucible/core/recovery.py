@@ -124,6 +124,8 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
         f"{last.number + 1} resumes from {origin} in {decision.delay_seconds:g} s"
     )
     move_run(session, run, Phase.Recovering, last.end_reason or "", message)
+    if decision.delay_seconds == 0:
+        _promote(session, run)  # no backoff to wait out: the next attempt is due now
     record_event(
         session,
         run_id=run.id,
@@ -163,14 +165,18 @@ def promote_due(session: Session, *, now: datetime | None = None) -> list[int]:
         )
     )
     for run in due:
-        move_run(
-            session,
-            run,
-            Phase.Scheduling,
-            run.next_attempt_reason or "",
-            f"starting attempt {run.attempt_count + 1}",
-        )
+        _promote(session, run)
     return [run.id for run in due]
+
+
+def _promote(session: Session, run: Run) -> None:
+    move_run(
+        session,
+        run,
+        Phase.Scheduling,
+        run.next_attempt_reason or "",
+        f"starting attempt {run.attempt_count + 1}",
+    )
 
 
 def resume_checkpoint(session: Session, run: Run) -> Checkpoint | None:

@@ -5,8 +5,10 @@ the mark commit together: a message delivered twice (a relay retry, a worker kil
 its ack) finds the mark and does nothing.
 """
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,6 +20,19 @@ from crucible.domain.enums import Backend, Phase
 from crucible.workers import kubernetes, metrics
 
 Handler = Callable[[Session, dict[str, Any]], str]
+log = logging.getLogger(__name__)
+
+
+AfterCommit = Callable[[], object]
+
+
+def after_commit(session: Session, action: AfterCommit) -> None:
+    """Run `action` once this transaction has committed (best effort: what it speeds up is
+    also done by a sweep or a later message, so a failure is only logged)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(action)
+
+
+_AFTER_COMMIT = "crucible.after_commit"
 
 
 def _attempt_ended(session: Session, payload: dict[str, Any]) -> str:
@@ -26,11 +41,28 @@ def _attempt_ended(session: Session, payload: dict[str, Any]) -> str:
     )
     if outcome.action != "none":
         metrics.RECOVERIES.labels(outcome.end_reason, outcome.action).inc()
+    run = session.get(Run, payload["run_id"])
+    if (
+        run is not None
+        and run.backend == Backend.kubernetes.value
+        and run.phase == Phase.Scheduling.value
+        and run.k8s_namespace
+    ):
+        # Promoted at once (no backoff): wake the operator now, not at its next poll.
+        due = kubernetes.DueAttempt.of(run)
+        after_commit(session, partial(kubernetes.announce_next_attempt, due))
     return outcome.detail
 
 
 def _checkpoint_registered(session: Session, payload: dict[str, Any]) -> str:
     ids = eval_trigger.on_checkpoint_registered(session, checkpoint_id=payload["checkpoint_id"])
+    for run_id in ids:
+        run = session.get_one(Run, run_id)
+        if run.backend == Backend.kubernetes.value and run.k8s_uid is None:
+            # The EvalJob resource now, once its run is committed (so the operator adopts
+            # it), rather than one relay round later through `run.submitted`.
+            resource = kubernetes.custom_resource(run)
+            after_commit(session, partial(kubernetes.create_resource, resource))
     return f"eval runs {ids}" if ids else "no evals configured"
 
 
@@ -71,6 +103,12 @@ def handle_message(factory: sessionmaker[Session], message_id: int) -> str:
         if message.sent_at is None:
             message.sent_at = now
         topic, created_at = message.topic, message.created_at
+        actions: list[AfterCommit] = session.info.pop(_AFTER_COMMIT, [])
+    for action in actions:
+        try:
+            action()
+        except Exception:
+            log.warning("a follow-up of %s message %s failed", topic, message_id, exc_info=True)
     # Counted once committed: a rolled-back attempt is retried, not handled.
     metrics.MESSAGES.labels(topic, "handled").inc()
     metrics.HANDLE_LATENCY.labels(topic).observe((datetime.now(UTC) - created_at).total_seconds())

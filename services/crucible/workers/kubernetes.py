@@ -53,14 +53,19 @@ def custom_resource(run: Run) -> dict[str, Any]:
 
 def create_custom_resource(run: Run) -> str:
     """Create the run's resource in its project's namespace; returns what happened."""
+    return create_resource(custom_resource(run))
+
+
+def create_resource(obj: dict[str, Any]) -> str:
     client = _client()
+    where = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
     try:
-        client.create(codecs.from_dict(custom_resource(run)))
+        client.create(codecs.from_dict(obj))
     except ApiError as exc:
         if exc.status.code == 409:
-            return f"{run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name} already exists"
+            return f"{where} already exists"
         raise
-    return f"created {run.manifest['kind']} {run.k8s_namespace}/{run.k8s_name}"
+    return f"created {where}"
 
 
 @dataclass(frozen=True)
