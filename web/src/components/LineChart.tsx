@@ -28,11 +28,21 @@ interface Props {
 export function LineChart({ data, labels, testId, onZoom }: Props) {
   const container = useRef<HTMLDivElement>(null);
   const zoom = useRef(onZoom);
+  const plotRef = useRef<uPlot | null>(null);
+  const latest = useRef(data);
   const { theme } = useTheme();
 
   useEffect(() => {
     zoom.current = onZoom;
   }, [onZoom]);
+
+  // A live run's refetch replaces the points without rebuilding the chart, so the legend and
+  // cursor stay where the reader left them. Declared before the effect that builds the chart,
+  // so a rebuild starts from the newest data.
+  useEffect(() => {
+    latest.current = data;
+    plotRef.current?.setData(data);
+  }, [data]);
 
   useEffect(() => {
     const element = container.current;
@@ -49,12 +59,15 @@ export function LineChart({ data, labels, testId, onZoom }: Props) {
       // than letting uPlot stretch the points it already has.
       cursor: { drag: { x: true, y: false, setScale: false } },
       axes: [{ ...axis, label: 'step' }, axis],
-      series: [{ label: 'step' }, ...labels.map((label, index) => ({
+      series: [
+        { label: 'step' },
+        ...labels.map((label, index) => ({
           label,
           stroke: cssColor(`--series-${index % PALETTE_SIZE}`),
           width: 1.5,
           spanGaps: true,
-        })),],
+        })),
+      ],
       hooks: {
         setSelect: [
           (plot) => {
@@ -66,7 +79,8 @@ export function LineChart({ data, labels, testId, onZoom }: Props) {
         ],
       },
     };
-    const plot = new uPlot(options, data, element);
+    const plot = new uPlot(options, latest.current, element);
+    plotRef.current = plot;
     const resize = new ResizeObserver(() => {
       plot.setSize({ width: element.clientWidth, height: HEIGHT });
     });
@@ -74,8 +88,9 @@ export function LineChart({ data, labels, testId, onZoom }: Props) {
     return () => {
       resize.disconnect();
       plot.destroy();
+      plotRef.current = null;
     };
-  }, [data, labels, theme]);
+  }, [labels, theme]);
 
   return <div ref={container} data-testid={testId} />;
 }
