@@ -55,6 +55,9 @@ def worker(rank: int, world: int, url: str, run_id: int, home: str, port: int) -
     }
     Path(home, f"rank{rank}.json").write_text(json.dumps(result))
     run.finish()
+    # Leave together: a rank that tears gloo down while its peer is still in a collective
+    # makes the peer's gloo threads abort the process (seen once in CI as SIGABRT).
+    dist.barrier()
     dist.destroy_process_group()
 
 
