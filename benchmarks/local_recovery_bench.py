@@ -9,8 +9,8 @@ in-process workers on SQLite).
   checkpoint's registration to its EvalJob's creation (the EvalJobs ask for a GPU the
   executor does not have, so they are created and refused, never run).
 
-The Kubernetes half of this benchmark (issue 6: 100 preemptions on the test cluster, replacement
-pods) needs the operator.
+The Kubernetes half (100 preemptions on the test cluster, replacement pods) is
+`python -m benchmarks.operator_bench recovery`.
 
     .venv/bin/python benchmarks/local_recovery_bench.py
 """

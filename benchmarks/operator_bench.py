@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from typing import Any
 
 import httpx2
 import orjson
+from benchmarks.local_recovery_bench import percentiles
 from lightkube import AsyncClient, codecs
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
@@ -48,17 +48,6 @@ TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 for _kind, _plural in (("TrainingRun", "trainingruns"), ("EvalJob", "evaljobs")):
     create_namespaced_resource("crucible.dev", "v1alpha1", _kind, _plural)
 EvalJob = create_namespaced_resource("crucible.dev", "v1alpha1", "EvalJob", "evaljobs")
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "p50_s": round(statistics.median(ordered), 3),
-        "p99_s": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3),
-        "max_s": round(ordered[-1], 3),
-        "min_s": round(ordered[0], 3),
-    }
 
 
 def training_run(name: str, **spec: Any) -> dict[str, Any]:
