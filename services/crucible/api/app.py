@@ -8,7 +8,16 @@ from crucible import __version__
 from crucible.api.errors import install_error_handlers
 from crucible.api.limits import BodySizeLimit
 from crucible.api.observability import ApiMetrics, RequestMetrics
-from crucible.api.routes import dashboard, health, lineage, metrics, projects, runs, signin
+from crucible.api.routes import (
+    cluster,
+    dashboard,
+    health,
+    lineage,
+    metrics,
+    projects,
+    runs,
+    signin,
+)
 from crucible.api.web import mount_dashboard
 from crucible.db import schema
 from crucible.db.engine import build_engine, build_session_factory
@@ -38,7 +47,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = ApiMetrics(engine, session_factory)
 
     install_error_handlers(app)
-    for module in (health, projects, runs, metrics, lineage, signin, dashboard):
+    for module in (health, projects, runs, metrics, lineage, signin, dashboard, cluster):
         app.include_router(module.router)
     # Last, so its catch-all route never shadows the API.
     app.state.dashboard = mount_dashboard(app, settings.web_dir)

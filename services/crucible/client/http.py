@@ -13,6 +13,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, TypeAdapter
 
+from crucible.schemas.cluster import ClusterReport, ClusterView, ReportReceived, RunPodPublic
 from crucible.schemas.common import Page
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.lineage import (
@@ -213,6 +214,18 @@ class CrucibleClient:
 
     def list_attempts(self, run_id: int) -> list[AttemptPublic]:
         return self._get(f"/api/v1/runs/{run_id}/attempts", list[AttemptPublic])
+
+    def report_cluster(self, cluster: str, report: ClusterReport) -> ReportReceived:
+        """Replace what this backend last reported about its nodes and pods."""
+        content = orjson.dumps(report.model_dump(mode="json"))
+        answer = self.request("PUT", f"/api/v1/clusters/{cluster}/report", content=content)
+        return ReportReceived.model_validate(answer)
+
+    def get_cluster(self) -> ClusterView:
+        return self._get("/api/v1/cluster", ClusterView)
+
+    def list_run_pods(self, run_id: int) -> list[RunPodPublic]:
+        return self._get(f"/api/v1/runs/{run_id}/pods", list[RunPodPublic])
 
     def list_events(self, run_id: int, after_id: int = 0) -> list[RunEventPublic]:
         return self._get(f"/api/v1/runs/{run_id}/events", list[RunEventPublic], after_id=after_id)

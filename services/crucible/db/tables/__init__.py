@@ -1,6 +1,7 @@
 """All tables, imported here so `Base.metadata` is complete for Alembic and tests."""
 
 from crucible.db.tables.base import Base
+from crucible.db.tables.cluster import ClusterNode, RunPod
 from crucible.db.tables.lineage import (
     Checkpoint,
     Dataset,
@@ -19,6 +20,7 @@ __all__ = [
     "Attempt",
     "Base",
     "Checkpoint",
+    "ClusterNode",
     "Dataset",
     "DatasetVersion",
     "EvalResult",
@@ -33,4 +35,5 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunInput",
+    "RunPod",
 ]
