@@ -14,6 +14,7 @@ from prometheus_client import start_http_server
 from crucible.client import CrucibleClient
 from crucible.settings import Settings
 from crucible_operator import naming
+from crucible_operator.cluster_report import report_forever
 from crucible_operator.context import OperatorContext
 from crucible_operator.handlers import build_registry
 from crucible_operator.metrics import OperatorMetrics
@@ -41,7 +42,7 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
     metrics = OperatorMetrics()
 
     @kopf.on.startup(registry=registry)
-    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kw: Any) -> None:
         settings.persistence.finalizer = naming.FINALIZER
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -58,9 +59,14 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
             options=config.pod_options,
             metrics=metrics,
         )
+        # The indexes are live views kopf keeps filling; the reporter reads them every tick.
+        memo.reporter = asyncio.create_task(
+            report_forever(memo.context, kw["crucible_pods"], kw["node_load"], kw["cluster_nodes"])
+        )
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: kopf.Memo, **_: Any) -> None:
+        memo.reporter.cancel()
         await memo.context.kube.close()
 
     client = CrucibleClient.from_settings(settings)

@@ -145,6 +145,27 @@ def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
     assert pods[0]["spec"]["subdomain"] == "sft"
     wait_phase(stack, ns, "sft", "Running")
 
+    # The operator's cluster report, for the dashboard: the run's pods with their nodes and
+    # GPUs, and every node's GPUs with those pods' counted as allocated.
+    expected = [(p["metadata"]["name"], p["spec"]["nodeName"], 4, "Running") for p in pods]
+    stack.wait_for(
+        "the run's pods in the cluster report",
+        lambda: (
+            [
+                (p["name"], p["node"], p["gpus"], p["phase"])
+                for p in stack.get(f"/runs/{run['id']}/pods")
+            ]
+            == expected
+        ),
+    )
+    (cluster,) = stack.get("/cluster")["clusters"]
+    nodes = {n["name"]: n for n in cluster["nodes"]}
+    assert set(nodes) == {n["metadata"]["name"] for n in h.kubectl_json("get", "nodes")["items"]}
+    for _, node, _, _ in expected:
+        assert nodes[node]["gpus_allocated"] >= 4
+        assert nodes[node]["gpus_allocatable"] == 8
+        assert nodes[node]["gpu_product"] == "NVIDIA-H200"
+
     finish_all(ns, pods, 0)
     wait_phase(stack, ns, "sft", "Succeeded")
     run = stack.get(f"/runs/{run['id']}")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crucible.domain import reasons
-from crucible_operator import gang, naming, outcome, pods, status
+from crucible_operator import cluster_report, gang, naming, outcome, pods, status
 from crucible_operator.facts import Demand, NodeFacts, PodFacts, Taint, Termination, quantity
 
 GPU_TAINT = Taint("nvidia.com/gpu", "", "NoSchedule")
@@ -292,3 +292,34 @@ def test_quantities() -> None:
     assert quantity("64Gi") == 64 * 2**30
     assert quantity("8") == 8
     assert quantity(None) == 0
+
+
+def test_the_cluster_report_counts_running_gpus_per_node_and_shows_pods_as_kubectl_does() -> None:
+    pods_by_run = {
+        "u": [pod(0, node="n0"), pod(1, node="n1")],
+        "v": [
+            pod(0, name="v-a2-0", run_uid="v", attempt=2, node=None, phase="Pending", gated=True)
+        ],
+        "w": [pod(0, name="w-a1-0", run_uid="w", deleting=True)],
+    }
+    load = {"n0": [Demand(gpus=8)], "n1": [Demand(gpus=4), Demand(gpus=2)]}
+    nodes = {
+        "n1": [node("n1", labels={cluster_report.GPU_PRODUCT_LABEL: "NVIDIA-H200"})],
+        "n0": [node("n0", ready=False)],
+        "cpu": [node("cpu", gpus=0, unschedulable=True)],
+    }
+    report = cluster_report.build_report(pods_by_run, load, nodes)
+    assert [
+        (n.name, n.ready, n.schedulable, n.gpus_allocatable, n.gpus_allocated) for n in report.nodes
+    ] == [
+        ("cpu", True, False, 0, 0),
+        ("n0", False, True, 8, 8),
+        ("n1", True, True, 8, 6),
+    ]
+    assert report.nodes[2].gpu_product == "NVIDIA-H200"
+    assert [(p.name, p.run_uid, p.attempt, p.phase, p.node, p.gpus) for p in report.pods] == [
+        ("r-a1-0", "u", 1, "Running", "n0", 8),
+        ("r-a1-1", "u", 1, "Running", "n1", 8),
+        ("v-a2-0", "v", 2, "SchedulingGated", None, 8),
+        ("w-a1-0", "w", 1, "Terminating", "n0", 8),
+    ]
