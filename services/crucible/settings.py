@@ -30,6 +30,11 @@ class Settings(BaseSettings):
         default=None, description="Built dashboard to serve at /; default: web/dist of a checkout."
     )
     db_pool_size: int = Field(default=10, ge=1)
+    db_pool_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A request waiting longer for a free database connection gets 503.",
+    )
     drift_settle_seconds: float = Field(
         default=60.0,
         ge=0,

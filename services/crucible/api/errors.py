@@ -8,7 +8,14 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from crucible.db.schema import SchemaBehind
 from crucible.domain.errors import (
@@ -32,6 +39,9 @@ _STATUS: list[tuple[type[CrucibleError], int]] = [
     (SchemaBehind, 503),
 ]
 RETRY_AFTER_SECONDS = "2"
+# What a database outage raises: the server refusing or dropping connections, a broken
+# driver connection, and the pool timing out while every connection waits on a dead server.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 
 
 def _error(status: int, detail: object, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -94,10 +104,20 @@ async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    # Any other driver error: a dropped connection is an outage; anything else is a bug.
+    assert isinstance(exc, DBAPIError)
+    if exc.connection_invalidated:
+        return await _database_down(request, exc)
+    log.error("database error", exc_info=exc)
+    return _error(500, "internal database error")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(CrucibleError, _domain_error)
     app.add_exception_handler(IntegrityError, _integrity_error)
     app.add_exception_handler(DataError, _data_error)
-    app.add_exception_handler(OperationalError, _database_down)
-    app.add_exception_handler(InterfaceError, _database_down)
+    for unavailable in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database_down)
+    app.add_exception_handler(DBAPIError, _database_error)

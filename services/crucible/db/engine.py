@@ -25,7 +25,7 @@ def build_engine(settings: Settings) -> Engine:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_pool_size,
         pool_pre_ping=True,
-        pool_timeout=10,
+        pool_timeout=settings.db_pool_timeout_seconds,
     )
 
 
