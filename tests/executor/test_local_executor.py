@@ -145,6 +145,22 @@ def test_runs_queue_for_gpus_and_get_their_own_devices(
     assert phase_of(client, second.id) == "Scheduling"
     assert phase_of(client, too_big.id) == "Failed"
     assert "needs 4 GPUs" in client.get_run(too_big.id).message
+    # What the dashboard shows: the run's process group with its devices, this machine's
+    # GPUs all in use, and the second run waiting for them.
+    (group,) = client.list_run_pods(first.id)
+    assert (group.cluster, group.gpus, group.gpu_devices, group.phase) == (
+        "local",
+        2,
+        "0,1",
+        "Running",
+    )
+    assert group.pid is not None and group.node
+    view = client.get_cluster()
+    (machine,) = view.clusters
+    assert (machine.name, machine.gpus_allocatable, machine.gpus_allocated) == ("local", 2, 2)
+    assert [(w.name, w.phase.value) for w in view.waiting if w.name.startswith("gpu-")] == [
+        ("gpu-second", "Scheduling")
+    ]
     tick_until(executor, lambda: phase_of(client, second.id) == "Succeeded")
     assert phase_of(client, first.id) == "Succeeded"
     for run in (first, second):

@@ -18,6 +18,7 @@ from typing import IO, Any
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Backend, Phase
+from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.gpus import GpuPool
 from crucible.executor.launch import build_command, build_env
 from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
@@ -60,6 +61,7 @@ class LocalExecutor:
         self._grace = grace_seconds
         self._active: dict[int, ActiveAttempt] = {}
         self._lock = threading.Lock()
+        self._reporter = Reporter(client)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -83,6 +85,19 @@ class LocalExecutor:
             self._reap()
             self._watch_active()
             self._start_waiting()
+            self._reporter.maybe_report(
+                self._gpus.total,
+                [
+                    ProcessGroup(
+                        run_id=a.run_id,
+                        attempt=a.number,
+                        pid=a.process.pid,
+                        gpus=tuple(a.gpus),
+                        stopping=a.stop_deadline is not None,
+                    )
+                    for a in self._active.values()
+                ],
+            )
 
     def adopt_orphans(self) -> None:
         """Runs left Running by an executor that died lost their processes: end those
