@@ -136,6 +136,24 @@ def _seed(server: LocalServer) -> dict[str, Any]:
                     for s in range(0, 300)
                 ]
                 _call(client, "POST", f"/runs/{sweep['id']}/metrics", json={"points": curve})
+        # What the backends would report: this machine running the run's second attempt on
+        # two GPUs, and a Kubernetes cluster of twelve 8-GPU nodes, some busy, one lost.
+        group = {"run_id": rid, "attempt": 2, "name": f"run-{rid}-attempt-2", "phase": "Running"}
+        group |= {"node": "workstation", "gpus": 2, "gpu_devices": "0,1", "pid": 4242}
+        machine = {"name": "workstation", "ready": True, "gpus_allocatable": 8}
+        local = {"nodes": [machine | {"gpus_allocated": 2}], "pods": [group]}
+        _call(client, "PUT", "/clusters/local/report", json=local)
+        nodes = [
+            {
+                "name": f"gpu-{index:02d}",
+                "ready": index != 11,
+                "gpus_allocatable": 8,
+                "gpus_allocated": (8, 4, 0)[index % 3] if index != 11 else 0,
+                "gpu_product": "NVIDIA-H200",
+            }
+            for index in range(12)
+        ]
+        _call(client, "PUT", "/clusters/kubernetes/report", json={"nodes": nodes, "pods": []})
         # The second attempt's output, where the local executor would have written it.
         log = log_path(server.home, rid, 2)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -218,5 +236,12 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
             )
     print(e2e.stdout)
     assert e2e.returncode == 0, e2e.stdout + e2e.stderr
-    for name in ("experiment.png", "run.png", "compare.png", "lineage.png", "checkpoint.png"):
+    for name in (
+        "experiment.png",
+        "run.png",
+        "compare.png",
+        "lineage.png",
+        "checkpoint.png",
+        "cluster.png",
+    ):
         assert (screenshots / name).stat().st_size > 10_000, f"{name} looks empty"

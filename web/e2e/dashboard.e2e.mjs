@@ -204,6 +204,10 @@ try {
     (await page.getByLabel('Spec as YAML').innerText()).includes('gpusPerNode: 2'),
     'the spec is shown as YAML',
   );
+  const pods = page.getByRole('table', { name: 'Pods' });
+  await pods.waitFor();
+  const podText = await pods.innerText();
+  check(podText.includes('workstation') && podText.includes('0,1'), 'the run lists its process group with its machine and GPUs');
   await page.screenshot({ path: join(screenshots, 'run.png'), fullPage: true });
 
   // Zoom: a drag across the chart asks the server for that step range at full detail.
@@ -310,6 +314,24 @@ try {
   );
   await page.getByTestId('lineage-graph').locator('.react-flow__node').first().waitFor();
   await page.screenshot({ path: join(screenshots, 'checkpoint.png'), fullPage: true });
+
+  await page.getByRole('navigation', { name: 'Sections' }).getByRole('link', { name: 'Cluster' }).click();
+  await page.getByRole('heading', { name: 'Cluster', exact: true }).waitFor();
+  const kube = page.getByRole('region', { name: 'Cluster kubernetes' });
+  check(
+    (await kube.getByLabel('GPU summary').innerText()).includes('48 of 96 GPUs allocated'),
+    'the cluster page sums the GPUs allocated over the nodes',
+  );
+  check((await kube.getByRole('table', { name: 'Nodes' }).locator('tbody tr').count()) === 12, 'every node is listed');
+  await kube.getByLabel('Show').selectOption('notReady');
+  check(
+    (await kube.getByRole('table', { name: 'Nodes' }).locator('tbody tr').innerText()).includes('gpu-11'),
+    'the filter narrows the nodes to the one not ready',
+  );
+  await kube.getByLabel('Show').selectOption('all');
+  const waiting = page.getByRole('table', { name: 'Waiting runs' });
+  check((await waiting.innerText()).includes(`${runName}-eval`), 'the pending eval is among the waiting runs');
+  await page.screenshot({ path: join(screenshots, 'cluster.png') });
 
   check(!page.url().includes(token), 'the token never appears in the URL');
   check(!consoleText.some((text) => text.includes(token)), 'the token never reaches the console');

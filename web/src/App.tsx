@@ -12,6 +12,7 @@ import { href, navigate, parseRoute, useHash } from './router';
 
 // Pages with heavy libraries (uPlot for charts; React Flow and dagre for graphs) are loaded
 // when first opened, so the runs table does not wait for them, nor the run page for graphs.
+const Cluster = lazy(() => import('./pages/Cluster').then((m) => ({ default: m.Cluster })));
 const Checkpoint = lazy(() => import('./pages/Checkpoint').then((m) => ({ default: m.Checkpoint })));
 const Compare = lazy(() => import('./pages/Compare').then((m) => ({ default: m.Compare })));
 const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.Lineage })));
@@ -41,9 +42,15 @@ export function App() {
         Skip to content
       </button>
       <header className="topbar">
-        <a className="brand" href={href.projects()}>
-          Crucible
-        </a>
+        <div className="topbar-left">
+          <a className="brand" href={href.projects()}>
+            Crucible
+          </a>
+          <nav aria-label="Sections">
+            <a href={href.projects()}>Projects</a>
+            <a href={href.cluster()}>Cluster</a>
+          </nav>
+        </div>
         <nav aria-label="Account">
           <ThemePicker />
           <button type="button" className="link" onClick={signOut}>
@@ -59,6 +66,7 @@ export function App() {
           {route.page === 'run' && <Run key={route.id} id={route.id} />}
           {route.page === 'checkpoint' && <Checkpoint key={route.id} id={route.id} />}
           {route.page === 'lineage' && <Lineage node={route.node} />}
+          {route.page === 'cluster' && <Cluster />}
           {route.page === 'compare' && <Compare key={route.runs.join(',')} runIds={route.runs} />}
           {route.page === 'notFound' && (
             <p className="empty">

@@ -13,6 +13,7 @@ export type Route =
   | { page: 'checkpoint'; id: number }
   | { page: 'lineage'; node: { type: LineageNodeType; id: number } }
   | { page: 'compare'; runs: number[] }
+  | { page: 'cluster' }
   | { page: 'notFound'; path: string };
 
 const NODE_TYPES: readonly LineageNodeType[] = ['run', 'checkpoint', 'dataset_version', 'eval_result'];
@@ -24,6 +25,7 @@ function isNodeType(value: string): value is LineageNodeType {
 export function parseRoute(hash: string): Route {
   const [path = '/', search = ''] = (hash.replace(/^#/, '') || '/').split('?', 2);
   if (path === '/') return { page: 'projects' };
+  if (path === '/cluster') return { page: 'cluster' };
   if (path === '/signin') {
     const code = new URLSearchParams(search).get('code');
     return code ? { page: 'signin', code } : { page: 'signin' };
@@ -58,6 +60,7 @@ export const href = {
   checkpoint: (id: number) => `#/checkpoints/${id}`,
   lineage: (type: LineageNodeType, id: number) => `#/lineage/${type}/${id}`,
   compare: (runs: number[]) => `#/compare?runs=${runs.join(',')}`,
+  cluster: () => '#/cluster',
 };
 
 export function navigate(to: string): void {

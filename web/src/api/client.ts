@@ -70,3 +70,7 @@ export function unwrap<T>(result: { data?: T; error?: unknown; response: Respons
   }
   return result.data;
 }
+export type ClusterView = Schemas['ClusterView'];
+export type ClusterNode = Schemas['NodePublic'];
+export type RunPod = Schemas['RunPodPublic'];
+export type WaitingRun = Schemas['WaitingRun'];

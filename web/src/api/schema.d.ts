@@ -59,6 +59,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/cluster": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Cluster
+         * @description Nodes with their GPUs allocated, per reporting backend, and the runs waiting to run
+         *     (only those the token may see).
+         */
+        get: operations["getCluster"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/clusters/{cluster_name}/report": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Report Cluster
+         * @description Replace what this backend last reported (global admin tokens: the operator, the local
+         *     executor). Pods whose run is not registered yet are left out and counted.
+         */
+        put: operations["reportCluster"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/datasets": {
         parameters: {
             query?: never;
@@ -122,7 +164,7 @@ export interface paths {
         /**
          * Register Dataset Version
          * @description Register a dataset version (the dataset is created on first use). The same digest
-         *     again returns the existing version.
+         *     again returns the existing version. Its URI must lie under a storage root.
          */
         post: operations["registerDatasetVersion"];
         delete?: never;
@@ -425,7 +467,7 @@ export interface paths {
         /**
          * Register Checkpoint
          * @description Register a checkpoint the run wrote. The same step and digest again returns it; the
-         *     same step with another digest is a 409.
+         *     same step with another digest is a 409. Its URI must lie under a storage root.
          */
         post: operations["registerCheckpoint"];
         delete?: never;
@@ -688,6 +730,27 @@ export interface paths {
         put?: never;
         /** Report Phase */
         post: operations["reportRunPhase"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/pods": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Run Pods
+         * @description The run's pods (Kubernetes) or process groups (local) as last reported, with their
+         *     nodes and GPUs.
+         */
+        get: operations["listRunPods"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1050,6 +1113,42 @@ export interface components {
              * @description Name of the run that wrote it.
              */
             run?: string | null;
+        };
+        /** ClusterPublic */
+        ClusterPublic: {
+            /** Gpus Allocatable */
+            gpus_allocatable: number;
+            /** Gpus Allocated */
+            gpus_allocated: number;
+            /** Name */
+            name: string;
+            /** Nodes */
+            nodes: components["schemas"]["NodePublic"][];
+            /**
+             * Reported At
+             * Format: date-time
+             */
+            reported_at: string;
+        };
+        /** ClusterReport */
+        ClusterReport: {
+            /** Nodes */
+            nodes: components["schemas"]["NodeReport"][];
+            /** Pods */
+            pods: components["schemas"]["PodReport"][];
+        };
+        /** ClusterView */
+        ClusterView: {
+            /**
+             * Clusters
+             * @description One per backend that reports: `kubernetes` (the operator), `local`.
+             */
+            clusters: components["schemas"]["ClusterPublic"][];
+            /**
+             * Waiting
+             * @description Runs the caller may see that want to run and are not running yet, oldest first.
+             */
+            waiting: components["schemas"]["WaitingRun"][];
         };
         /**
          * DatasetInput
@@ -1637,11 +1736,51 @@ export interface components {
             /** Values */
             values: number[];
         };
+        /** NodePublic */
+        NodePublic: {
+            /** Gpu Product */
+            gpu_product: string;
+            /** Gpus Allocatable */
+            gpus_allocatable: number;
+            /** Gpus Allocated */
+            gpus_allocated: number;
+            /** Name */
+            name: string;
+            /** Ready */
+            ready: boolean;
+            /** Schedulable */
+            schedulable: boolean;
+        };
         /** NodeRef */
         NodeRef: {
             /** Id */
             id: number;
             type: components["schemas"]["NodeType"];
+        };
+        /** NodeReport */
+        NodeReport: {
+            /**
+             * Gpu Product
+             * @description e.g. NVIDIA-H200.
+             * @default
+             */
+            gpu_product: string;
+            /** Gpus Allocatable */
+            gpus_allocatable: number;
+            /**
+             * Gpus Allocated
+             * @description GPUs requested by the node's running pods.
+             */
+            gpus_allocated: number;
+            /** Name */
+            name: string;
+            /** Ready */
+            ready: boolean;
+            /**
+             * Schedulable
+             * @default true
+             */
+            schedulable: boolean;
         };
         /**
          * NodeType
@@ -1733,6 +1872,51 @@ export interface components {
             reason: string;
         };
         /**
+         * PodReport
+         * @description A pod, or a process group of the local executor. A pod names its run by the custom
+         *     resource's uid (the operator does not keep run ids), a process group by the run id.
+         */
+        PodReport: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Gpu Devices
+             * @description e.g. `0,1`, if known.
+             * @default
+             */
+            gpu_devices: string;
+            /**
+             * Gpus
+             * @default 0
+             */
+            gpus: number;
+            /** Name */
+            name: string;
+            /**
+             * Namespace
+             * @default
+             */
+            namespace: string;
+            /** Node */
+            node?: string | null;
+            /**
+             * Phase
+             * @description Pending, Running, Succeeded, Failed, ...
+             */
+            phase: string;
+            /** Pid */
+            pid?: number | null;
+            /**
+             * Rank
+             * @default 0
+             */
+            rank: number;
+            /** Run Id */
+            run_id?: number | null;
+            /** Run Uid */
+            run_uid?: string | null;
+        };
+        /**
          * PolicyRef
          * @description The model that generates: a checkpoint, or a named built-in teacher.
          */
@@ -1807,6 +1991,23 @@ export interface components {
              * @default 20
              */
             maxInterruptions: number;
+        };
+        /** ReportReceived */
+        ReportReceived: {
+            /** Cluster */
+            cluster: string;
+            /** Nodes */
+            nodes: number;
+            /**
+             * Pods
+             * @description Pods stored: those whose run is known.
+             */
+            pods: number;
+            /**
+             * Unknown Runs
+             * @description Pods left out: their run is not registered yet.
+             */
+            unknown_runs: number;
         };
         /**
          * Resources
@@ -2031,6 +2232,34 @@ export interface components {
          * @enum {string}
          */
         RunKind: "train" | "rollout" | "eval";
+        /** RunPodPublic */
+        RunPodPublic: {
+            /** Attempt */
+            attempt: number;
+            /** Cluster */
+            cluster: string;
+            /** Gpu Devices */
+            gpu_devices: string;
+            /** Gpus */
+            gpus: number;
+            /** Name */
+            name: string;
+            /** Namespace */
+            namespace: string;
+            /** Node */
+            node: string | null;
+            /** Phase */
+            phase: string;
+            /** Pid */
+            pid: number | null;
+            /** Rank */
+            rank: number;
+            /**
+             * Reported At
+             * Format: date-time
+             */
+            reported_at: string;
+        };
         /** RunPublic */
         RunPublic: {
             /** Attempt Count */
@@ -2419,6 +2648,29 @@ export interface components {
             /** Error Type */
             type: string;
         };
+        /** WaitingRun */
+        WaitingRun: {
+            backend: components["schemas"]["Backend"];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Gpus */
+            gpus: number;
+            /** Id */
+            id: number;
+            kind: components["schemas"]["RunKind"];
+            /** Message */
+            message: string;
+            /** Name */
+            name: string;
+            phase: components["schemas"]["Phase"];
+            /** Project Id */
+            project_id: number;
+            /** Reason */
+            reason: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2512,6 +2764,62 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EvalResultPublic"][];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClusterView"];
+                };
+            };
+        };
+    };
+    reportCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The reporting backend: `kubernetes` for the operator, `local`. */
+                cluster_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ClusterReport"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportReceived"];
                 };
             };
             /** @description Validation Error */
@@ -4021,6 +4329,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    listRunPods: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunPodPublic"][];
                 };
             };
             /** @description Validation Error */

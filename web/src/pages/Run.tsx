@@ -10,6 +10,7 @@ import { GoodputSummary } from '../components/GoodputSummary';
 import { LogTail } from '../components/LogTail';
 import { MetricChart } from '../components/MetricChart';
 import { PhaseBadge } from '../components/PhaseBadge';
+import { RunPods } from '../components/RunPods';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { StepRangeForm } from '../components/StepRangeForm';
 import { dateTime, orDash } from '../format';
@@ -173,6 +174,11 @@ export function Run({ id }: { id: number }) {
           <Empty>No attempt has started yet; the run is {r.phase}{r.message ? `: ${r.message}` : '.'}</Empty>
         )}
         {attempts.data && attempts.data.length > 0 && <AttemptTimeline attempts={attempts.data} goodput={goodput.data} />}
+      </section>
+
+      <section>
+        <h2>Pods and GPUs</h2>
+        {chartsAsked && <RunPods run={r} live={live} />}
       </section>
 
       <section>
