@@ -29,6 +29,18 @@ class Settings(BaseSettings):
     web_dir: Path | None = Field(
         default=None, description="Built dashboard to serve at /; default: web/dist of a checkout."
     )
+    storage_roots: list[str] = Field(
+        default_factory=list,
+        description="URI prefixes checkpoints and datasets must live under (JSON list, e.g. "
+        '`["s3://team-ckpt/", "file:///checkpoints/"]`); empty allows any root.',
+    )
+    auth_failure_limit: int = Field(
+        default=30,
+        ge=1,
+        description="Failed token or sign-in code checks one client IP may make per window; "
+        "past it the API answers 429 with Retry-After.",
+    )
+    auth_failure_window_seconds: float = Field(default=60.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
     db_pool_timeout_seconds: float = Field(
         default=10.0,

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
+from crucible.api.auth_throttle import FailedAuthThrottle
 from crucible.core.access import Principal
 from crucible.core.tokens import authenticate
 from crucible.db.engine import transaction
@@ -44,18 +45,42 @@ def get_uow(factory: Annotated[sessionmaker[Session], Depends(get_session_factor
     return UnitOfWork(factory)
 
 
+class CredentialCheck:
+    """Checks a credential the caller presented, counting failures against its address."""
+
+    def __init__(self, throttle: FailedAuthThrottle, client: str) -> None:
+        self._throttle = throttle
+        self._client = client
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        self._throttle.check(self._client)
+        try:
+            yield
+        except Unauthenticated:
+            self._throttle.record_failure(self._client)
+            raise
+
+
+def get_credential_check(request: Request) -> CredentialCheck:
+    throttle: FailedAuthThrottle = request.app.state.auth_throttle
+    return CredentialCheck(throttle, request.client.host if request.client else "unknown")
+
+
 def get_principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     uow: Annotated[UnitOfWork, Depends(get_uow)],
     settings: Annotated[Settings, Depends(get_settings)],
+    credential_check: Annotated[CredentialCheck, Depends(get_credential_check)],
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("missing `Authorization: Bearer <token>` header")
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-    with uow() as session:
+    with credential_check(), uow() as session:
         return authenticate(session=session, raw=credentials.credentials, admin_token=admin)
 
 
 Uow = Annotated[UnitOfWork, Depends(get_uow)]
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+CredentialCheckDep = Annotated[CredentialCheck, Depends(get_credential_check)]

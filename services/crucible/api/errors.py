@@ -17,6 +17,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from crucible.api.auth_throttle import TooManyFailedAttempts
 from crucible.db.schema import SchemaBehind
 from crucible.domain.errors import (
     Conflict,
@@ -113,9 +114,15 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(500, "internal database error")
 
 
+async def _too_many_failed_attempts(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TooManyFailedAttempts)
+    return _error(429, str(exc), {"Retry-After": str(exc.retry_after_seconds)})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(CrucibleError, _domain_error)
+    app.add_exception_handler(TooManyFailedAttempts, _too_many_failed_attempts)
     app.add_exception_handler(IntegrityError, _integrity_error)
     app.add_exception_handler(DataError, _data_error)
     for unavailable in DATABASE_UNAVAILABLE:

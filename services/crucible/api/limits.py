@@ -1,5 +1,7 @@
 """Reject oversized request bodies with 413 before they are read into memory."""
 
+import contextlib
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -17,19 +19,29 @@ class BodySizeLimit:
             await self._reject(send)
             return
         received = 0
+        too_large = started = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    too_large = True
                     raise _TooLarge
             return message
 
-        try:
-            await self.app(scope, counting_receive, send)
-        except _TooLarge:
+        async def send_unless_too_large(message: Message) -> None:
+            # The framework catches _TooLarge while parsing the body and answers 400 of its
+            # own; that answer is dropped, and the 413 below sent instead.
+            nonlocal started
+            if not too_large:
+                started = started or message["type"] == "http.response.start"
+                await send(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, counting_receive, send_unless_too_large)
+        if too_large and not started:
             await self._reject(send)
 
     async def _reject(self, send: Send) -> None:

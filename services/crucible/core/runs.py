@@ -11,7 +11,7 @@ from crucible.core.access import Principal
 from crucible.core.events import enqueue, record_event
 from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
 from crucible.core.pagination import paginate
-from crucible.db.tables import Attempt, Experiment, Run, RunEvent
+from crucible.db.tables import Attempt, Checkpoint, Experiment, Run, RunEvent
 from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain import reasons
 from crucible.domain.digests import spec_digest
@@ -182,6 +182,9 @@ def list_runs(
         key, sep, value = tag.partition("=")
         if not sep or not key:
             raise InvalidInput("tag", tag, "filter tags as key=value", location="query")
+        if any(ord(c) < 0x20 for c in tag):
+            # No stored tag holds one, and SQLite would read it as the end of the JSON path.
+            raise InvalidInput("tag", tag, "must not contain control characters", location="query")
         query = query.where(Run.tags[key].as_string() == value)
     if created_after is not None:
         query = query.where(Run.created_at >= created_after)
@@ -317,6 +320,10 @@ def start_attempt(
     )
     if open_attempt is not None:
         raise Conflict(f"attempt {open_attempt.number} of run {run.id} has not ended yet")
+    if attempt_in.resumed_from_checkpoint_id is not None:
+        _require_checkpoint_in_project(
+            session, attempt_in.resumed_from_checkpoint_id, run.project_id
+        )
     run.attempt_count += 1
     attempt = Attempt(
         run_id=run.id,
@@ -339,6 +346,18 @@ def start_attempt(
         },
     )
     return AttemptPublic.model_validate(attempt)
+
+
+def _require_checkpoint_in_project(session: Session, checkpoint_id: int, project_id: int) -> None:
+    """Another project's checkpoint answers 404, as a missing one does: a run resumes only
+    from what its own project wrote."""
+    owner = session.scalar(
+        select(Run.project_id)
+        .join(Checkpoint, Checkpoint.run_id == Run.id)
+        .where(Checkpoint.id == checkpoint_id)
+    )
+    if owner != project_id:
+        raise NotFound("checkpoint", checkpoint_id)
 
 
 def end_attempt(

@@ -3,9 +3,10 @@
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from crucible.domain.enums import EdgeRelation, NodeType
+from crucible.domain.storage_uris import uri_problem
 from crucible.schemas.common import MAX_INT32, MAX_INT64, ApiModel, Id, PublicModel, Step
 
 DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -28,7 +29,20 @@ Digest = Annotated[
         description="Content digest, `<algorithm>:<lowercase hex>`, e.g. `sha256:9f86d0...`.",
     ),
 ]
-Uri = Annotated[str, Field(min_length=1, max_length=2000, description="Where the bytes live.")]
+
+
+def _safe_uri(uri: str) -> str:
+    problem = uri_problem(uri)
+    if problem is not None:
+        raise ValueError(f"storage URI {problem}")
+    return uri
+
+
+Uri = Annotated[
+    str,
+    Field(min_length=1, max_length=2000, description="Where the bytes live."),
+    AfterValidator(_safe_uri),
+]
 Score = Annotated[float, Field(allow_inf_nan=False)]
 # Any printable name but `"` and `\`, which would break a JSON path on SQLite.
 METRIC_PATTERN = r'^[^"\\\x00-\x1f]+$'

@@ -8,11 +8,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from crucible.api.deps import CurrentPrincipal, Uow
+from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId
 from crucible.core import checkpoints, datasets, evals, lineage
 from crucible.core.checkpoints import BestMode
 from crucible.domain.enums import LineageDirection, NodeType
+from crucible.domain.storage_uris import require_under_roots
 from crucible.schemas.common import Page
 from crucible.schemas.lineage import (
     METRIC_PATTERN,
@@ -39,10 +40,11 @@ router = APIRouter(prefix="/api/v1")
     "/datasets/versions", status_code=201, operation_id="registerDatasetVersion", tags=["datasets"]
 )
 def register_dataset_version(
-    body: DatasetVersionCreate, uow: Uow, principal: CurrentPrincipal
+    body: DatasetVersionCreate, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
 ) -> DatasetVersionPublic:
     """Register a dataset version (the dataset is created on first use). The same digest
-    again returns the existing version."""
+    again returns the existing version. Its URI must lie under a storage root."""
+    require_under_roots(body.uri, settings.storage_roots)
     with uow() as session:
         return datasets.register_version(session=session, principal=principal, version_in=body)
 
@@ -132,10 +134,15 @@ def list_run_inputs(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> li
     tags=["checkpoints"],
 )
 def register_checkpoint(
-    run_id: PathId, body: CheckpointCreate, uow: Uow, principal: CurrentPrincipal
+    run_id: PathId,
+    body: CheckpointCreate,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    settings: SettingsDep,
 ) -> CheckpointPublic:
     """Register a checkpoint the run wrote. The same step and digest again returns it; the
-    same step with another digest is a 409."""
+    same step with another digest is a 409. Its URI must lie under a storage root."""
+    require_under_roots(body.uri, settings.storage_roots)
     with uow() as session:
         return checkpoints.register_checkpoint(
             session=session, principal=principal, run_id=run_id, checkpoint_in=body

@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 from pydantic import Field
 
-from crucible.api.deps import SettingsDep, Uow
+from crucible.api.deps import CredentialCheckDep, SettingsDep, Uow
 from crucible.core import signin
 from crucible.domain.errors import NotFound, Unauthenticated
 from crucible.schemas.common import ApiModel
@@ -18,7 +18,10 @@ class SignInCode(ApiModel):
 
 @router.post("/auth/sign-in-code", operation_id="redeemSignInCode")
 def redeem_sign_in_code(
-    uow: Uow, settings: SettingsDep, body: SignInCode | None = None
+    uow: Uow,
+    settings: SettingsDep,
+    credential_check: CredentialCheckDep,
+    body: SignInCode | None = None,
 ) -> TokenCreated:
     """Trade the single-use code `crucible up` printed for an admin token that expires in 12
     hours. Works once per code, and only in the embedded (SQLite) mode."""
@@ -28,5 +31,5 @@ def redeem_sign_in_code(
         raise Unauthenticated("no sign-in code: open the link `crucible up` printed")
     if not settings.is_sqlite:
         raise NotFound("sign-in code", "(only the embedded mode issues them)")
-    with uow() as session:
+    with credential_check(), uow() as session:
         return signin.redeem_code(session=session, home=settings.home, code=body.code)

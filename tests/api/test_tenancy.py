@@ -1,0 +1,196 @@
+"""Tenancy over the whole API: an admin token of project A, aimed at project B's objects on
+every route of the OpenAPI schema, gets 403 or 404; what it may list never shows B.
+
+Routes come from the schema itself, so a new route is covered the day it is added: one
+with a request body fails here until it has a valid example body below.
+"""
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tests.conftest import bearer, make_project, make_token, training_run
+
+MARKER = "zzbeta"  # in the name of every object of project B; A must never read it
+PUBLIC = {"healthz", "readyz", "redeemSignInCode"}  # documented as public in docs/reliability.md
+DIGEST = "sha256:" + "c" * 64
+
+
+def example_bodies(b: dict[str, int]) -> dict[str, Any]:
+    """A valid body per operation, naming project B or its objects wherever there is a choice."""
+    return {
+        "createProject": {"name": f"{MARKER}-2"},
+        "updateProject": {"description": "taken over"},
+        "createToken": {"name": "t", "project": MARKER, "role": "viewer"},
+        "createExperiment": {"project": MARKER, "name": "e2"},
+        "updateExperiment": {"description": "taken over"},
+        "submitRun": {"project": MARKER, "manifest": training_run(name="intruder")},
+        "reportRunPhase": {"phase": "Failed", "message": "intruder"},
+        "startAttempt": {},
+        "endAttempt": {"end_reason": "Failed"},
+        "heartbeat": {"attempt": 1},
+        "logMetrics": {"points": [{"key": "loss", "step": 99, "value": 0.0}]},
+        "registerDatasetVersion": {
+            "project": MARKER,
+            "name": "d2",
+            "uri": "s3://x/d2",
+            "digest": DIGEST,
+        },
+        "linkRunInput": {"dataset_version_id": b["version"]},
+        "registerCheckpoint": {"step": 99, "uri": "s3://x/c99", "digest": DIGEST, "size_bytes": 1},
+        "recordEvalResult": {"checkpoint_id": b["checkpoint"], "suite": "s", "scores": {"a": 1.0}},
+        "reportCluster": {"nodes": [], "pods": []},
+    }
+
+
+def project_b(admin: TestClient) -> dict[str, int]:
+    """Project B with one of everything, made by the global admin; returns their ids."""
+    project = make_project(admin, MARKER)
+    run = admin.post(
+        "/api/v1/runs",
+        json={
+            "project": MARKER,
+            "manifest": training_run(name=f"{MARKER}-run", experiment=f"{MARKER}-exp"),
+        },
+    ).json()
+    assert admin.post(f"/api/v1/runs/{run['id']}/attempts", json={}).status_code == 201
+    points = [{"key": f"{MARKER}/loss", "step": 1, "value": 1.0}]
+    assert admin.post(f"/api/v1/runs/{run['id']}/metrics", json={"points": points}).is_success
+    checkpoint = admin.post(
+        f"/api/v1/runs/{run['id']}/checkpoints",
+        json={"step": 1, "uri": f"s3://{MARKER}/c1", "digest": DIGEST, "size_bytes": 1},
+    ).json()
+    version = admin.post(
+        "/api/v1/datasets/versions",
+        json={
+            "project": MARKER,
+            "name": f"{MARKER}-data",
+            "uri": f"s3://{MARKER}/d",
+            "digest": DIGEST,
+        },
+    ).json()
+    assert admin.post(
+        f"/api/v1/runs/{run['id']}/inputs", json={"dataset_version_id": version["id"]}
+    ).is_success
+    assert admin.post(
+        "/api/v1/evals",
+        json={"checkpoint_id": checkpoint["id"], "suite": f"{MARKER}-suite", "scores": {"acc": 1}},
+    ).is_success
+    token = admin.post(
+        "/api/v1/tokens", json={"name": f"{MARKER}-token", "project": MARKER, "role": "admin"}
+    ).json()
+    return {
+        "project": int(project["id"]),  # type: ignore[call-overload]
+        "run": run["id"],
+        "experiment": run["experiment_id"],
+        "checkpoint": checkpoint["id"],
+        "version": version["id"],
+        "dataset": version["dataset_id"],
+        "token": token["id"],
+    }
+
+
+def concrete_path(path: str, b: dict[str, int]) -> str:
+    values = {
+        "project_id": b["project"],
+        "run_id": b["run"],
+        "experiment_id": b["experiment"],
+        "checkpoint_id": b["checkpoint"],
+        "version_id": b["version"],
+        "dataset_id": b["dataset"],
+        "token_id": b["token"],
+        "number": 1,
+        "entity": "run",
+        "entity_id": b["run"],
+        "cluster_name": MARKER,
+    }
+    for name, value in values.items():
+        path = path.replace("{" + name + "}", str(value))
+    assert "{" not in path, f"give tests/api/test_tenancy.py a value for {path}"
+    return path
+
+
+def query_for(b: dict[str, int]) -> dict[str, Any]:
+    return {"project": MARKER, "ref": f"{MARKER}-data@latest", "metric": "acc", "ids": b["run"]}
+
+
+@pytest.fixture
+def alpha_admin(admin: TestClient, app: FastAPI) -> TestClient:
+    make_project(admin, "alpha")
+    admin.post("/api/v1/runs", json={"project": "alpha", "manifest": training_run(name="a-run")})
+    return TestClient(app, headers=bearer(make_token(admin, "alpha", "admin")))
+
+
+def test_project_a_cannot_reach_project_b_on_any_route(
+    admin: TestClient, alpha_admin: TestClient, app: FastAPI
+) -> None:
+    b = project_b(admin)
+    bodies = example_bodies(b)
+    checked = 0
+    for path, operations in app.openapi()["paths"].items():
+        for method, operation in operations.items():
+            name = operation["operationId"]
+            if name in PUBLIC:
+                continue
+            body = None
+            if "requestBody" in operation:
+                assert name in bodies, f"add an example body for {name} to test_tenancy.py"
+                body = bodies[name]
+            response = alpha_admin.request(
+                method.upper(), concrete_path(path, b), params=query_for(b), json=body
+            )
+            where = f"{method.upper()} {path} ({name}) answered {response.status_code}"
+            # A refusal may echo the name it was given ("project 'zzbeta' not found").
+            if response.status_code not in (403, 404):
+                # Only a list that leaves B out may answer: nothing of B in it.
+                assert method == "get" and response.status_code == 200, where
+                assert MARKER not in response.text, f"{where} with B's data: {response.text}"
+            checked += 1
+    assert checked >= 50
+
+    # Nothing of B changed: the run is still Pending and has its one point and checkpoint.
+    run = admin.get(f"/api/v1/runs/{b['run']}").json()
+    assert run["phase"] != "Failed" and run["name"] == f"{MARKER}-run"
+    keys = admin.get(f"/api/v1/runs/{b['run']}/metrics/keys").json()["keys"]
+    assert [k["point_count"] for k in keys] == [1]
+    assert admin.get(f"/api/v1/projects/{b['project']}").status_code == 200
+
+
+def test_project_a_cannot_link_its_run_to_project_b_objects(
+    admin: TestClient, alpha_admin: TestClient
+) -> None:
+    b = project_b(admin)
+    a_run = alpha_admin.get("/api/v1/runs").json()["items"][0]["id"]
+    attempts = [
+        ("post", f"/api/v1/runs/{a_run}/inputs", {"dataset_version_id": b["version"]}),
+        ("post", f"/api/v1/runs/{a_run}/inputs", {"checkpoint_id": b["checkpoint"]}),
+        ("post", f"/api/v1/runs/{a_run}/attempts", {"resumed_from_checkpoint_id": b["checkpoint"]}),
+        (
+            "post",
+            "/api/v1/datasets/versions",
+            {
+                "project": "alpha",
+                "name": "d",
+                "uri": "s3://a/d",
+                "digest": DIGEST,
+                "produced_by_run_id": b["run"],
+            },
+        ),
+        (
+            "post",
+            "/api/v1/evals",
+            {
+                "checkpoint_id": b["checkpoint"],
+                "suite": "s",
+                "scores": {"a": 1.0},
+                "eval_run_id": a_run,
+            },
+        ),
+    ]
+    for method, path, body in attempts:
+        response = alpha_admin.request(method.upper(), path, json=body)
+        assert response.status_code in (403, 404, 409, 422), (path, body, response.text)
+    lineage = alpha_admin.get(f"/api/v1/lineage/run/{a_run}").json()
+    assert MARKER not in str(lineage)
