@@ -1,6 +1,7 @@
 """`crucible worker` for real: Celery over the Redis of scripts/services, Postgres, and the
-API in this process. Exactly one EvalJob per checkpoint survives a worker SIGKILLed and Redis
-restarted between the database commit and the relay."""
+API in this process. Exactly one EvalJob per checkpoint, and exactly one recovery per
+interruption, survive a worker SIGKILLed and Redis restarted between the database commit and
+the relay."""
 
 import os
 import signal
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from tests.api.test_checkpoints_datasets import API, register_checkpoint, submit_kind
 from tests.conftest import make_project, postgres_only
+from tests.workers.test_handlers import end_badly, run_of, running
 
 pytestmark = [pytest.mark.redis, postgres_only]
 REPO = Path(__file__).resolve().parents[2]
@@ -99,3 +101,51 @@ def test_one_eval_per_checkpoint_through_kills_and_a_redis_restart(
     time.sleep(3)  # let duplicates, if any, arrive
     checkpoints = sorted(r["manifest"]["spec"]["checkpoint"]["id"] for r in eval_runs(admin))
     assert checkpoints == [first["id"], second["id"]]
+
+
+def recovery_events(admin: TestClient, run_id: int) -> list[dict[str, Any]]:
+    events = admin.get(f"{API}/runs/{run_id}/events").json()
+    return [e for e in events if e["type"] == "RecoveryScheduled"]
+
+
+def test_every_interruption_is_recovered_once_through_kills_and_a_redis_restart(
+    admin: TestClient, worker: Worker
+) -> None:
+    """18 runs preempted in three waves: one with the worker up, one while it is dead and
+    Redis loses what it held, one racing a second kill. Each interruption gets exactly one
+    recovery decision, resuming from the run's checkpoint."""
+    make_project(admin)
+    runs = [
+        submit_kind(admin, "TrainingRun", f"r{i}", recovery={"backoffSeconds": 0})
+        for i in range(18)
+    ]
+    attempts = {run["id"]: running(admin, run["id"]) for run in runs}
+    checkpoints = {run["id"]: register_checkpoint(admin, run["id"], 100)["id"] for run in runs}
+
+    def preempt(wave: list[dict[str, Any]]) -> None:
+        for run in wave:
+            end_badly(admin, run["id"], attempts[run["id"]], "Preempted", 143)
+
+    def recovered(wave: list[dict[str, Any]]) -> bool:
+        return all(run_of(admin, run["id"])["phase"] == "Scheduling" for run in wave)
+
+    worker.start()
+    preempt(runs[:6])
+    wait_for("the first wave's recoveries", lambda: recovered(runs[:6]), worker)
+    worker.kill()
+    preempt(runs[6:12])  # committed with their outbox messages; no worker to relay them
+    restart_redis()
+    worker.start()
+    preempt(runs[12:15])
+    worker.kill()  # somewhere in the middle of these
+    worker.start()
+    preempt(runs[15:])
+    wait_for("every recovery", lambda: recovered(runs), worker, seconds=120)
+    time.sleep(3)  # let duplicates, if any, arrive
+
+    for run in runs:
+        decided = recovery_events(admin, run["id"])
+        assert len(decided) == 1, (run["name"], decided)
+        assert decided[0]["data"]["resume_checkpoint_id"] == checkpoints[run["id"]]
+        after = run_of(admin, run["id"])
+        assert (after["next_attempt_reason"], after["attempt_count"]) == ("preemption", 1)
