@@ -113,10 +113,14 @@ def _when_serving(api_url: str, on_ready: Callable[[str], None]) -> None:
 
 def announce_local(settings: Settings, app: FastAPI) -> None:
     result = bootstrap_local(settings, app.state.session_factory)
-    if result.new_token is not None:
+    if result.new_token is None:
+        return
+    # Redirected output ends up in log files and CI artifacts: a secret goes only to a person
+    # at a terminal; anyone else reads it from the mode-600 file.
+    if console.file.isatty():
         console.print("[bold]Admin token (shown once):[/bold]")
         console.print(result.new_token, highlight=False, soft_wrap=True)
-        console.print(f"saved for your CLI in {settings.local_token_file} (mode 600)")
+    console.print(f"Admin token saved for your CLI in {settings.local_token_file} (mode 600)")
 
 
 def app_from_env() -> FastAPI:

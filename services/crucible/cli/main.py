@@ -94,10 +94,19 @@ def up(
     settings = load_settings()
     if settings.is_sqlite:
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
-        link = f"http://{shown}:{port}/#/signin?code={issue_code(settings.home)}"
-        console.print(
-            f"Dashboard (the link signs you in once): {link}", highlight=False, soft_wrap=True
-        )
+        # The code is a credential: printed only to a terminal, never into a log file.
+        if console.file.isatty():
+            link = f"http://{shown}:{port}/#/signin?code={issue_code(settings.home)}"
+            console.print(
+                f"Dashboard (the link signs you in once): {link}", highlight=False, soft_wrap=True
+            )
+        else:
+            console.print(
+                f"Dashboard: http://{shown}:{port}/ (sign in with the token in "
+                f"{settings.local_token_file})",
+                highlight=False,
+                soft_wrap=True,
+            )
     on_ready = None
     if demo is not DemoSize.none:
 
