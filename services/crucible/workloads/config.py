@@ -121,7 +121,26 @@ class TrainConfig:
     """bf16 autocast for forward passes on CUDA; ignored on CPU, which always runs float32."""
 
     compile: bool = False
-    """Wrap the model in torch.compile."""
+    """Wrap the model in torch.compile (each block on its own under FSDP)."""
+
+    precision: Literal["bf16", "fp8"] = "bf16"
+    """Matmul precision of the transformer blocks' Linear layers. "bf16": autocast as `bf16`
+    says. "fp8": scaled float8 matmuls (e4m3 forward, e5m2 gradients, dynamic per-tensor
+    scales; `workloads/fp8.py`) with the rest in bf16; needs a GPU with fp8 tensor cores
+    (H100/H200) and is refused elsewhere. Per-layer amax and scale are logged as
+    `fp8/<layer>/<stat>` every `fp8_stats_every` steps."""
+
+    fp8_stats_every: int = 50
+    """With precision "fp8": log the per-layer amax/scale statistics every this many steps
+    (and at step 1)."""
+
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass: less memory, about a third
+    more compute."""
+
+    fsdp: bool = False
+    """With several ranks: shard parameters, gradients and optimizer state with FSDP2
+    (`fully_shard`, one unit per block) instead of replicating the model with DDP."""
 
     checkpoint_every: int = 0
     """Save a checkpoint every this many steps and at the last step; 0 saves only at
@@ -145,6 +164,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("sft", "rl"):
             raise ValueError(f"mode={self.mode!r} is not supported; use 'sft' or 'rl'")
+        if self.precision not in ("bf16", "fp8"):
+            raise ValueError(f"precision={self.precision!r} is not supported; use 'bf16' or 'fp8'")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from crucible.workloads.config import ModelConfig
 
@@ -99,6 +100,9 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight
+        self.activation_checkpointing = False
+        """Recompute each block's activations in the backward pass instead of keeping them:
+        memory for one block's worth of activations at the cost of a second forward."""
         self.apply(_init_weights)
         # GPT-2: scale the residual projections so the stream's variance does not grow
         # with depth.
@@ -136,7 +140,10 @@ class GPT(nn.Module):
             attn_mask = _generation_mask(key_valid, start, seq)
         x = self.wte(tokens) + self.wpe(positions)
         for block in self.blocks:
-            x = block(x, attn_mask, cache)
+            if self.activation_checkpointing and self.training and cache is None:
+                x = checkpoint(block, x, attn_mask, None, use_reentrant=False)
+            else:
+                x = block(x, attn_mask, cache)
         if cache is not None:
             cache.length = total
         return self.lm_head(self.ln_f(x))  # type: ignore[no-any-return]

@@ -19,13 +19,22 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from crucible.workloads.checkpoint import Checkpointer, Stateful
 from crucible.workloads.config import ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Example, Sampler, collate, encode_sft
+from crucible.workloads.fp8 import convert_to_float8, float8_stats
 from crucible.workloads.model import GPT, build_model
+from crucible.workloads.parallelize import (
+    apply_activation_checkpointing,
+    apply_fsdp,
+    compile_blocks,
+    compile_model,
+)
 from crucible.workloads.tokenizer import ByteTokenizer
 
 MetricsFn = Callable[[int, dict[str, float]], None]
@@ -70,7 +79,10 @@ class Trainer:
         if init_model_state is not None:
             self.raw_model.load_state_dict(init_model_state)
         self.reference = maybe_build_reference(config, self.raw_model)
-        self.model = apply_ddp(maybe_compile(config, self.raw_model), self.device)
+        if config.precision == "fp8":
+            convert_to_float8(self.raw_model)
+        apply_activation_checkpointing(self.raw_model, config.activation_checkpointing)
+        self.model = parallelize(config, self.raw_model, self.device)
 
         self.optimizer = build_optimizer(config, self.raw_model, self.device)
         self.scheduler = build_lr_scheduler(config, self.optimizer)
@@ -126,6 +138,8 @@ class Trainer:
         grad_norm = nn.utils.clip_grad_norm_(
             self.raw_model.parameters(), self.config.grad_clip or float("inf")
         )
+        if isinstance(grad_norm, DTensor):
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         lr = float(self.scheduler.get_last_lr()[0])
@@ -133,13 +147,22 @@ class Trainer:
         if dist.is_initialized():
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
         # .item() is a host-device sync; once per step is the price of logging the loss.
-        return {
+        metrics = {
             "loss": loss_sum.item() / len(micro_batches),
             "grad_norm": float(grad_norm),
             "lr": lr,
             # Positions trained on in the global batch (every rank knows all of it).
             "tokens": float(sum(len(e.tokens) - 1 for e in self._examples(indices))),
         }
+        if self._fp8_stats_due():
+            metrics.update(float8_stats(self.raw_model))
+        return metrics
+
+    def _fp8_stats_due(self) -> bool:
+        every = self.config.fp8_stats_every
+        return self.config.precision == "fp8" and (
+            self.step == 1 or (every > 0 and self.step % every == 0)
+        )
 
     def forward_backward_step(self, batch: Batch, *, scale: float) -> Tensor:
         with self._autocast():
@@ -206,10 +229,13 @@ class Trainer:
 
     @contextlib.contextmanager
     def _maybe_no_sync(self, *, last: bool) -> Iterator[None]:
-        # Under DDP only the last micro-batch all-reduces gradients.
+        # Only the last micro-batch all-reduces (DDP) or reduce-scatters (FSDP) gradients.
         if isinstance(self.model, DistributedDataParallel) and not last:
             with self.model.no_sync():
                 yield
+        elif isinstance(self.raw_model, FSDPModule):
+            self.raw_model.set_requires_gradient_sync(last)
+            yield
         else:
             yield
 
@@ -438,17 +464,20 @@ def maybe_build_reference(config: TrainConfig, model: GPT) -> GPT | None:
     return reference.eval()
 
 
-def maybe_compile(config: TrainConfig, model: GPT) -> nn.Module:
-    if not config.compile:
+def parallelize(config: TrainConfig, model: GPT, device: torch.device) -> nn.Module:
+    """The module the train step calls: `model` compiled and, with several ranks, sharded
+    in place (FSDP) or wrapped (DDP)."""
+    if config.fsdp and dist.is_initialized():
+        bf16 = device.type == "cuda" and config.bf16
+        apply_fsdp(model, param_dtype=torch.bfloat16 if bf16 else None)
+        if config.compile:
+            compile_blocks(model)
         return model
-    return torch.compile(model)  # type: ignore[return-value]
-
-
-def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    compiled = compile_model(model) if config.compile else model
     if not dist.is_initialized():
-        return model
+        return compiled
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids)
+    return DistributedDataParallel(compiled, device_ids=device_ids)
 
 
 if __name__ == "__main__":

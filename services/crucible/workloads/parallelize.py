@@ -1,0 +1,43 @@
+"""Ways to spread and slim a GPT for training: FSDP2 sharding, activation checkpointing,
+compilation. Each `apply_*` changes the model in place (or wraps it) and is a no-op when its
+option is off; the trainer and the GPU benchmarks build models through the same functions.
+"""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from crucible.workloads.model import GPT
+
+
+def apply_activation_checkpointing(model: GPT, enabled: bool) -> None:
+    model.activation_checkpointing = enabled
+
+
+def apply_fsdp(model: GPT, *, param_dtype: torch.dtype | None) -> None:
+    """Shard `model` over the default process group with FSDP2 (`fully_shard`).
+
+    Each block is its own unit, so only one block's full weights exist at a time and its
+    all-gather overlaps the previous block's compute; the root unit holds the embeddings,
+    the final norm and the (tied) head. `param_dtype` bf16 all-gathers and computes in bf16
+    while the sharded master weights, gradients' reduction and the optimizer stay float32.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if not dist.is_initialized():
+        raise RuntimeError("FSDP needs a process group: start the run under torchrun")
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+
+
+def compile_blocks(model: GPT) -> None:
+    """Compile each block on its own: FSDP's hooks sit between blocks, so per-block graphs
+    keep them out of the compiled code (torchtitan's recipe)."""
+    for block in model.blocks:
+        block.compile()
+
+
+def compile_model(model: nn.Module) -> nn.Module:
+    return torch.compile(model)  # type: ignore[return-value]
