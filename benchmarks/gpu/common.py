@@ -1,0 +1,73 @@
+"""What the GPU benchmarks share: the import path, the corpus, the environment record and the
+results file format. Imports only torch and the workloads library, so the scripts run on a
+machine that has PyTorch and nothing else of ours."""
+
+import json
+import os
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "services"))
+
+import torch  # noqa: E402
+
+PEAK_BF16_FLOPS = 989e12
+"""H100/H200 SXM dense bf16 tensor-core peak, the MFU denominator the issue fixes."""
+
+
+def environment() -> dict[str, Any]:
+    """Device and versions, for the results file."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    if torch.cuda.is_available():
+        env["device"] = torch.cuda.get_device_name(0)
+        env["device_count"] = torch.cuda.device_count()
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+    else:
+        env["device"] = "cpu"
+    try:
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return env
+
+
+def byte_corpus(num_bytes: int) -> torch.Tensor:
+    """`num_bytes` of real text as byte ids (0..255): the Python sources of the installed
+    torch package, in sorted path order, so every machine with the same torch reads the
+    same data. Repeats the sources if they are shorter than asked for."""
+    root = Path(sysconfig.get_paths()["purelib"]) / "torch"
+    chunks: list[bytes] = []
+    size = 0
+    paths = sorted(root.rglob("*.py"))
+    if not paths:
+        raise RuntimeError(f"no Python sources under {root} to build the corpus from")
+    while size < num_bytes:
+        for path in paths:
+            data = path.read_bytes()
+            chunks.append(data)
+            size += len(data)
+            if size >= num_bytes:
+                break
+    corpus = b"".join(chunks)[:num_bytes]
+    return torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()
+
+
+def write_result(path: Path | str, payload: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"environment": environment(), **payload}, indent=2) + "\n")
+
+
+def out_dir() -> Path:
+    """$OUT on the device machine, else benchmarks/results/gpu/raw."""
+    return Path(os.environ.get("OUT") or REPO / "benchmarks" / "results" / "gpu" / "raw")
