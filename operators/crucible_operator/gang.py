@@ -109,10 +109,10 @@ def fit(
         )
     for demand in reserved:
         _place(free, demand, 1)
+    best = max((f.gpus for f in free), default=0)  # before this gang takes any
     placed = _place(free, gang.demand, gang.size)
     if placed == gang.size:
         return Placement(True, f"all {gang.size} pods fit")
-    best = max((f.gpus for f in free), default=0)
     return Placement(
         False,
         f"needs {gang.size} pod(s) with {gang.demand.gpus} GPU(s) each on "

@@ -282,6 +282,63 @@ MALFORMED = [
     Bad("missing-policy", "RolloutJob", {"spec.policy": DELETE}, "spec.policy"),
     Bad("missing-suite", "EvalJob", {"spec.suite": DELETE}, "spec.suite"),
     Bad("eval-gpus-negative", "EvalJob", {"spec.gpus": -2}, "spec.gpus"),
+    Bad("nodes-1025", "TrainingRun", {"spec.nodes": 1025}, "spec.nodes"),
+    Bad(
+        "processes-per-node-0", "TrainingRun", {"spec.processesPerNode": 0}, "spec.processesPerNode"
+    ),
+    Bad(
+        "checkpoint-every-0-steps",
+        "TrainingRun",
+        {"spec.checkpoints.everySteps": 0},
+        "spec.checkpoints.everySteps",
+    ),
+    Bad(
+        "keep-last-0", "TrainingRun", {"spec.checkpoints.keepLast": 0}, "spec.checkpoints.keepLast"
+    ),
+    Bad("eval-suite-empty", "TrainingRun", {"spec.evals": [{"suite": ""}]}, "spec.evals[0].suite"),
+    Bad(
+        "eval-policy-17-gpus",
+        "TrainingRun",
+        {"spec.evals": [{"suite": "heldout", "gpus": 17}]},
+        "spec.evals[0].gpus",
+    ),
+    Bad(
+        "backoff-over-an-hour",
+        "TrainingRun",
+        {"spec.recovery.backoffSeconds": 3601},
+        "spec.recovery.backoffSeconds",
+    ),
+    Bad(
+        "node-selector-number",
+        "TrainingRun",
+        {"spec.scheduling": {"nodeSelector": {"gpus": 8}}},
+        "spec.scheduling.nodeSelector.gpus",
+    ),
+    Bad(
+        "cpu-not-a-quantity",
+        "TrainingRun",
+        {"spec.resources": {"cpu": "fast"}},
+        "spec.resources.cpu",
+    ),
+    Bad("env-as-a-map", "TrainingRun", {"spec.env": {"A": "1"}}, "spec.env"),
+    Bad(
+        "temperature-negative",
+        "RolloutJob",
+        {"spec.sampling.temperature": -0.5},
+        "spec.sampling.temperature",
+    ),
+    Bad(
+        "sql-in-the-name",
+        "TrainingRun",
+        {"metadata.name": "x'; drop table runs;--"},
+        "metadata.name",
+    ),
+    Bad(
+        "path-traversal-in-producer",
+        "TrainingRun",
+        {"spec.inputs": [{"producedBy": "../../etc"}]},
+        "spec.inputs[0].producedBy",
+    ),
 ]
 
 

@@ -509,3 +509,50 @@ def test_every_checkpoint_gets_one_evaljob_resource_that_reports_its_scores(
     assert resource(ns, "ej", name)["status"]["results"] == {"accuracy": 0.75}
     time.sleep(2)  # a redelivered trigger would show up as a second resource by now
     assert len(evaljobs()) == 1
+
+
+def test_resources_that_cannot_run_say_why_and_never_stall_the_operator(
+    stack: Stack, ns: str
+) -> None:
+    """Resources the API server accepts but that can never run: each settles in a phase with
+    a reason, and a good resource applied after them runs at once."""
+    eval_job = {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "EvalJob",
+        "metadata": {"name": "eval-of-nothing"},
+        "spec": {"experiment": "ops", "checkpoint": {"id": 999_999}, "suite": "heldout"},
+    }
+    h.apply(
+        training_run("orphan-input", inputs=[{"producedBy": "nobody-makes-this"}]),
+        training_run("no-such-node", scheduling={"nodeSelector": {"pool": "does-not-exist"}}),
+        training_run("too-big", nodes=64, gpusPerNode=8),
+        training_run("init-from-nothing", initFrom={"id": 999_999}),
+        training_run("bad-config", config={"steps": "many", "lr": None}),
+        eval_job,
+        namespace=ns,
+    )
+    expected = {
+        "orphan-input": {("WaitingForInputs", "InputsMissing")},
+        "no-such-node": {("Scheduling", "Unschedulable")},
+        "too-big": {("Scheduling", "Unschedulable")},
+    }
+    seen: dict[str, Any] = {}
+
+    def all_settled() -> bool:
+        for name in expected:
+            run = stack.run_by_name(ns, name) or {}
+            seen[name] = (run.get("phase"), run.get("reason"), run.get("message"))
+        return all(seen[name][:2] in states for name, states in expected.items())
+
+    try:
+        stack.wait_for("each hopeless resource to settle with a reason", all_settled, seconds=90)
+    except AssertionError as exc:
+        raise AssertionError(f"not as expected: {seen}\n{exc}") from None
+    assert "most free GPUs on one node: 8" in seen["too-big"][2]  # nothing else runs
+    assert (stack.run_by_name(ns, "init-from-nothing") or {}).get("phase") == "Failed"
+    assert phase_of(ns, "ej", "eval-of-nothing") == "Failed"
+
+    h.apply(training_run("fine", gpusPerNode=1), namespace=ns)
+    wait_running_pods(stack, ns, "fine", 1, 1)
+    assert stack.operator.process is not None and stack.operator.process.poll() is None
+    assert "Traceback" not in stack.operator.tail(2000), stack.operator.tail(200)
