@@ -53,12 +53,12 @@ class CredentialCheck:
         self._client = client
 
     @contextmanager
-    def __call__(self) -> Iterator[None]:
+    def __call__(self, credential: str) -> Iterator[None]:
         self._throttle.check(self._client)
         try:
             yield
         except Unauthenticated:
-            self._throttle.record_failure(self._client)
+            self._throttle.record_failure(self._client, credential)
             raise
 
 
@@ -76,7 +76,7 @@ def get_principal(
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("missing `Authorization: Bearer <token>` header")
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-    with credential_check(), uow() as session:
+    with credential_check(credentials.credentials), uow() as session:
         return authenticate(session=session, raw=credentials.credentials, admin_token=admin)
 
 

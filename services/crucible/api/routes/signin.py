@@ -31,5 +31,5 @@ def redeem_sign_in_code(
         raise Unauthenticated("no sign-in code: open the link `crucible up` printed")
     if not settings.is_sqlite:
         raise NotFound("sign-in code", "(only the embedded mode issues them)")
-    with credential_check(), uow() as session:
+    with credential_check(body.code), uow() as session:
         return signin.redeem_code(session=session, home=settings.home, code=body.code)
