@@ -5,44 +5,20 @@ Routes come from the schema itself, so a new route is covered the day it is adde
 with a request body fails here until it has a valid example body below.
 """
 
-from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import bearer, make_project, make_token, training_run
-
-MARKER = "zzbeta"  # in the name of every object of project B; A must never read it
-PUBLIC = {"healthz", "readyz", "redeemSignInCode"}  # documented as public in docs/reliability.md
-DIGEST = "sha256:" + "c" * 64
-
-
-def example_bodies(b: dict[str, int]) -> dict[str, Any]:
-    """A valid body per operation, naming project B or its objects wherever there is a choice."""
-    return {
-        "createProject": {"name": f"{MARKER}-2"},
-        "updateProject": {"description": "taken over"},
-        "createToken": {"name": "t", "project": MARKER, "role": "viewer"},
-        "createExperiment": {"project": MARKER, "name": "e2"},
-        "updateExperiment": {"description": "taken over"},
-        "submitRun": {"project": MARKER, "manifest": training_run(name="intruder")},
-        "reportRunPhase": {"phase": "Failed", "message": "intruder"},
-        "startAttempt": {},
-        "endAttempt": {"end_reason": "Failed"},
-        "heartbeat": {"attempt": 1},
-        "logMetrics": {"points": [{"key": "loss", "step": 99, "value": 0.0}]},
-        "registerDatasetVersion": {
-            "project": MARKER,
-            "name": "d2",
-            "uri": "s3://x/d2",
-            "digest": DIGEST,
-        },
-        "linkRunInput": {"dataset_version_id": b["version"]},
-        "registerCheckpoint": {"step": 99, "uri": "s3://x/c99", "digest": DIGEST, "size_bytes": 1},
-        "recordEvalResult": {"checkpoint_id": b["checkpoint"], "suite": "s", "scores": {"a": 1.0}},
-        "reportCluster": {"nodes": [], "pods": []},
-    }
+from tests.route_examples import (
+    DIGEST,
+    MARKER,
+    PUBLIC,
+    concrete_path,
+    example_bodies,
+    query_for,
+)
 
 
 def project_b(admin: TestClient) -> dict[str, int]:
@@ -92,30 +68,6 @@ def project_b(admin: TestClient) -> dict[str, int]:
     }
 
 
-def concrete_path(path: str, b: dict[str, int]) -> str:
-    values = {
-        "project_id": b["project"],
-        "run_id": b["run"],
-        "experiment_id": b["experiment"],
-        "checkpoint_id": b["checkpoint"],
-        "version_id": b["version"],
-        "dataset_id": b["dataset"],
-        "token_id": b["token"],
-        "number": 1,
-        "entity": "run",
-        "entity_id": b["run"],
-        "cluster_name": MARKER,
-    }
-    for name, value in values.items():
-        path = path.replace("{" + name + "}", str(value))
-    assert "{" not in path, f"give tests/api/test_tenancy.py a value for {path}"
-    return path
-
-
-def query_for(b: dict[str, int]) -> dict[str, Any]:
-    return {"project": MARKER, "ref": f"{MARKER}-data@latest", "metric": "acc", "ids": b["run"]}
-
-
 @pytest.fixture
 def alpha_admin(admin: TestClient, app: FastAPI) -> TestClient:
     make_project(admin, "alpha")
@@ -136,7 +88,7 @@ def test_project_a_cannot_reach_project_b_on_any_route(
                 continue
             body = None
             if "requestBody" in operation:
-                assert name in bodies, f"add an example body for {name} to test_tenancy.py"
+                assert name in bodies, f"add an example body for {name} to tests/route_examples.py"
                 body = bodies[name]
             response = alpha_admin.request(
                 method.upper(), concrete_path(path, b), params=query_for(b), json=body

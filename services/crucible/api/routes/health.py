@@ -5,6 +5,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from crucible.api.errors import RETRY_AFTER_SECONDS
 from crucible.db.schema import current_revision, head_revision
 from crucible.workers import metrics as worker_metrics
 
@@ -24,7 +25,11 @@ def readyz(request: Request) -> JSONResponse:
             connection.execute(text("SELECT 1"))
         revision = current_revision(engine)
     except Exception as exc:
-        return JSONResponse({"status": "database unreachable", "error": type(exc).__name__}, 503)
+        return JSONResponse(
+            {"status": "database unreachable", "error": type(exc).__name__},
+            503,
+            headers={"Retry-After": RETRY_AFTER_SECONDS},
+        )
     if revision != head_revision():
         return JSONResponse({"status": "schema behind", "revision": revision}, 503)
     return JSONResponse({"status": "ok", "revision": revision})
