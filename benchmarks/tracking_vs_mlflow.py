@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -544,10 +544,13 @@ def measure_reads(
     return samples, got
 
 
+BOTH = ("MLflow", "Crucible")
+
+
 @dataclass(frozen=True)
 class Measure:
     key: str
-    label: str
+    label: str  # formatted with the Config's fields
     unit: str  # "points/s" (more is better) or "ms" (less is better)
     goal: str | None
     systems: tuple[str, ...]
@@ -566,20 +569,14 @@ MEASURES = (
         ("Crucible",),
         "ingest_1000",
     ),
+    Measure("history_full", "history, {history_points:,} points whole", "ms", "history", BOTH),
+    Measure("history_big", "history, {big_points:,} points whole", "ms", "history", BOTH),
     Measure(
-        "history_100k", "history, 100,000 points whole", "ms", "history", ("MLflow", "Crucible")
+        "chart_full", "chart, {history_points:,} points to {chart_points:,}", "ms", "history", BOTH
     ),
-    Measure(
-        "history_1m", "history, 1,000,000 points whole", "ms", "history", ("MLflow", "Crucible")
-    ),
-    Measure(
-        "chart_100k", "chart, 100,000 points to 2,000", "ms", "history", ("MLflow", "Crucible")
-    ),
-    Measure(
-        "chart_1m", "chart, 1,000,000 points to 2,000", "ms", "history", ("MLflow", "Crucible")
-    ),
-    Measure("list_10000", "list 10,000 runs by tag", "ms", None, ("MLflow", "Crucible")),
-    Measure("list_1000", "list 1,000 of 10,000 runs by tag", "ms", None, ("MLflow", "Crucible")),
+    Measure("chart_big", "chart, {big_points:,} points to {chart_points:,}", "ms", "history", BOTH),
+    Measure("list_all", "list {runs:,} runs by tag", "ms", None, BOTH),
+    Measure("list_tenth", "list a tenth of {runs:,} runs by tag", "ms", None, BOTH),
 )
 
 
@@ -601,21 +598,21 @@ def run_measure(
 
     with tracker.client() as client:
         reads: dict[str, tuple[Callable[[], int], Callable[[int], bool]]] = {
-            "history_100k": (
+            "history_full": (
                 lambda: tracker.read_history(client, run, "full"),
                 count(config.history_points),
             ),
-            "history_1m": (
+            "history_big": (
                 lambda: tracker.read_history(client, run, "big"),
                 count(config.big_points),
             ),
-            "chart_100k": (lambda: tracker.read_chart(client, run, "full", charted), chart),
-            "chart_1m": (lambda: tracker.read_chart(client, run, "big", charted), chart),
-            "list_10000": (
+            "chart_full": (lambda: tracker.read_chart(client, run, "full", charted), chart),
+            "chart_big": (lambda: tracker.read_chart(client, run, "big", charted), chart),
+            "list_all": (
                 lambda: tracker.list_runs(client, "runs", ("sweep", "bench"), page),
                 count(config.runs),
             ),
-            "list_1000": (
+            "list_tenth": (
                 lambda: tracker.list_runs(client, "runs", ("group", "g3"), page),
                 count(config.runs // 10),
             ),
@@ -624,6 +621,10 @@ def run_measure(
         client.get(tracker.health)  # the connection, outside the clock
         samples, got = measure_reads(read, check, config.read_budget_s)
         return samples, got if measure.key.startswith("chart_") else None
+
+
+def label(measure: Measure, config: Config) -> str:
+    return measure.label.format(**asdict(config))
 
 
 def stats(samples: list[float], unit: str) -> dict[str, Any]:
@@ -666,7 +667,7 @@ def measure_all(
                 if points is not None:
                     entry["points_returned"] = points
                 print(
-                    f"repeat {repeat + 1}/{config.repeats} {measure.label:<45} {name:<8} "
+                    f"repeat {repeat + 1}/{config.repeats} {label(measure, config):<45} {name:<8} "
                     f"median {statistics.median(samples):>12,.1f} {measure.unit:<8} "
                     f"load {before:.1f} -> {after:.1f}",
                     flush=True,
@@ -714,7 +715,7 @@ def table(document: dict[str, Any]) -> str:
         goal = document["goals"].get(measure.key)
         verdict = f" (goal {goal['goal']}x: {'met' if goal['met'] else 'MISSED'})" if goal else ""
         lines.append(
-            f"{measure.label + ' (' + measure.unit + ')':<56}"
+            f"{document['labels'][measure.key] + ' (' + measure.unit + ')':<56}"
             f"{ours['median']:>12,}{theirs['median']:>12,}{ratio[measure.key]:>7}x  "
             f"{_span(ours):<22}{_span(theirs):<22}"
             f"{_loads(ours)} / {_loads(theirs)}{verdict}"
@@ -835,6 +836,7 @@ def main() -> None:
             },
             "seeding_s": {name: done.seconds for name, done in seeded.items()},
         },
+        "labels": {m.key: label(m, config) for m in MEASURES},
         "ratio_means": "how many times faster Crucible is than MLflow (median against median)",
     } | report(raw)
     config.output.parent.mkdir(parents=True, exist_ok=True)

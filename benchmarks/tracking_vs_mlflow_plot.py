@@ -14,21 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-LABELS = {
-    "ingest_1000": "ingest, 1,000-point batches",
-    "ingest_10000": "ingest, Crucible's 10,000-point batches\n(MLflow: 1,000, its maximum)",
-    "history_100k": "history, 100,000 points whole",
-    "history_1m": "history, 1,000,000 points whole",
-    "chart_100k": "chart: 100,000 points cut to 2,000",
-    "chart_1m": "chart: 1,000,000 points cut to 2,000",
-    "list_10000": "list 10,000 runs by a tag",
-    "list_1000": "list 1,000 of 10,000 runs by a tag",
-}
-
 
 def main(results: Path, png: Path) -> None:
     document = json.loads(results.read_text())
-    keys = [k for k in LABELS if k in document["ratio"]][::-1]
+    labels = document["labels"]
+    keys = list(document["ratio"])[::-1]
     ratios = [document["ratio"][k] for k in keys]
     figure, axes = plt.subplots(figsize=(10, 5.5), layout="constrained")
     goals = document["goals"]
@@ -36,7 +26,7 @@ def main(results: Path, png: Path) -> None:
         "tab:red" if r < 1 else "tab:orange" if k in goals and not goals[k]["met"] else "tab:green"
         for k, r in zip(keys, ratios, strict=True)
     ]
-    axes.barh([LABELS[k] for k in keys], ratios, color=colours)
+    axes.barh([labels[k] for k in keys], ratios, color=colours)
     axes.set_xscale("log")
     axes.axvline(1, color="black", linewidth=0.8)
     for goal, what in ((10, "history goal 10x"), (20, "ingestion goal 20x")):
