@@ -48,7 +48,7 @@ def free_port() -> int:
 
 @contextmanager
 def local_server(
-    workdir: Path, startup_seconds: float = 60, command: str = "server"
+    workdir: Path, startup_seconds: float = 180, command: str = "server"
 ) -> Iterator[LocalServer]:
     """`crucible server` (API only) or `crucible up` (API and the local executor)."""
     port = free_port()

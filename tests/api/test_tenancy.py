@@ -5,7 +5,6 @@ Routes come from the schema itself, so a new route is covered the day it is adde
 with a request body fails here until it has a valid example body below.
 """
 
-
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow  # a real workload: torch's import dominates
 def test_a_full_embedded_run_leaves_no_secret_in_any_log(tmp_path: Path) -> None:
     manifest = tmp_path / "run.yaml"
     manifest.write_text(WORKLOAD.replace("PYTHON", sys.executable))
-    with local_server(tmp_path, startup_seconds=180, command="up") as server:
+    with local_server(tmp_path, command="up") as server:
         admin_token = server.token
         submitted = crucible(server.env, "submit", str(manifest))
         assert submitted.returncode == 0, submitted.stderr
