@@ -2,7 +2,7 @@
 every route of the OpenAPI schema, gets 403 or 404; what it may list never shows B.
 
 Routes come from the schema itself, so a new route is covered the day it is added: one
-with a request body fails here until it has a valid example body below.
+with a request body fails here until it has a valid example body in tests/route_examples.py.
 """
 
 import pytest
