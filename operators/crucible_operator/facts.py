@@ -52,6 +52,7 @@ class Termination:
 
     exit_code: int
     reason: str  # Completed, Error, OOMKilled, ...
+    message: str = ""  # what the workload wrote to its termination log
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,11 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated:
             terminations.append(
-                Termination(int(terminated.get("exitCode", 0)), terminated.get("reason") or "")
+                Termination(
+                    int(terminated.get("exitCode", 0)),
+                    terminated.get("reason") or "",
+                    (terminated.get("message") or "").strip(),
+                )
             )
     return PodFacts(
         name=meta.get("name", ""),

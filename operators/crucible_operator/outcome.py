@@ -99,11 +99,14 @@ def _failure(pod: PodFacts) -> Outcome | None:
             code,
             f"pod {pod.name} was OOMKilled; raise spec.resources.memory",
         )
+    said = next((t.message for t in pod.terminations if t.exit_code != 0 and t.message), "")
     return Outcome(
         State.failed,
         reasons.REASON_ERROR_EXIT,
         code,
-        f"pod {pod.name} failed with exit code {code}; see `kubectl logs {pod.name}`",
+        f"pod {pod.name} failed with exit code {code}"
+        + (f": {said}" if said else "")
+        + f"; see `kubectl logs {pod.name}`",
     )
 
 

@@ -170,6 +170,7 @@ def build_pods(
             resume_from=attempt.resume_from,
             inputs=dict(attempt.inputs) if attempt.inputs is not None else None,
             checkpoint_uri=checkpoint_uri,
+            termination_log=contract.KUBERNETES_TERMINATION_LOG,
         ),
     }
     volumes: list[dict[str, Any]] = [
@@ -228,6 +229,10 @@ def build_pods(
                     "env": env_list,
                     "resources": _resources(spec, sh.gpus_per_pod),
                     "volumeMounts": mounts,
+                    # The workload's last sentence, or the end of its log if it left none,
+                    # goes into the container's status, and from there into the attempt.
+                    "terminationMessagePath": contract.KUBERNETES_TERMINATION_LOG,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "capabilities": {"drop": ["ALL"]},

@@ -100,11 +100,18 @@ def test_non_zero_exit_interrupts_the_run_for_recovery(
     server: LocalServer, client: CrucibleClient
 ) -> None:
     # Retry or fail is the recovery worker's decision (tests/workers); the executor reports.
-    run = submit(client, "bad-run", "import sys; sys.exit(3)")
+    # The workload leaves its last sentence where the contract says, as a pod would in
+    # /dev/termination-log; the attempt's end carries it.
+    code = (
+        "import os, sys; open(os.environ['CRUCIBLE_TERMINATION_LOG'], 'w')"
+        ".write('the tokenizer file is missing'); sys.exit(3)"
+    )
+    run = submit(client, "bad-run", code)
     executor = make_executor(server, client, [])
     tick_until(executor, lambda: phase_of(client, run.id) == "Interrupted")
     attempt = client.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("ErrorExit", 3)
+    assert "exit code 3: the tokenizer file is missing" in attempt.message
     interrupted = client.get_run(run.id)
     assert interrupted.reason == "ErrorExit" and "exit code 3" in interrupted.message
 

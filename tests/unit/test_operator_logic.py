@@ -141,6 +141,13 @@ def test_the_exit_code_comes_from_the_failing_container() -> None:
     assert outcome.judge([failed], 1, NODES, started=True).exit_code == 3
 
 
+def test_the_failure_says_what_the_workload_left_in_its_termination_log() -> None:
+    said = Termination(1, "Error", "checkpoint at step 200 could not be written: full")
+    failed = pod(0, phase="Failed", terminations=(said,))
+    message = outcome.judge([failed], 1, NODES, started=True).message
+    assert "exit code 1: checkpoint at step 200 could not be written: full" in message
+
+
 TOLERATE_GPU = [gang.Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule")]
 
 
@@ -228,6 +235,9 @@ def test_pods_of_a_multi_node_run() -> None:
         "--master-addr=sft-a3-0.sft.team.svc",
     ]
     assert container["command"][-2:] == ["-m", "crucible.workloads.train"]
+    # The workload's last words (or its log's end) reach the container status.
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert env(first)["CRUCIBLE_TERMINATION_LOG"] == container["terminationMessagePath"]
     assert first["spec"]["schedulingGates"] == [{"name": naming.GANG_GATE}]
     assert (first["spec"]["hostname"], first["spec"]["subdomain"]) == ("sft-a3-0", "sft")
     values = env(built[1])

@@ -76,6 +76,21 @@ def build_env(
             resume_from=resume_from,
             inputs=inputs,
             checkpoint_uri=(home / "runs" / str(run.id) / "checkpoints").as_uri(),
+            termination_log=str(termination_log_path(home, run.id, attempt)),
         )
     )
     return env
+
+
+def termination_log_path(home: Path, run_id: int, attempt: int) -> Path:
+    """Where the attempt's workload leaves its last sentence (contract.TERMINATION_LOG_ENV)."""
+    return home / "runs" / str(run_id) / f"attempt-{attempt}.termination"
+
+
+def read_termination_message(home: Path, run_id: int, attempt: int) -> str:
+    """What the workload left there, cut as the kubelet cuts it; empty if nothing."""
+    try:
+        text = termination_log_path(home, run_id, attempt).read_text(errors="replace")
+    except OSError:
+        return ""
+    return contract.termination_message(text)

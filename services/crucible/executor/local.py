@@ -20,7 +20,7 @@ from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Backend, Phase
 from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.gpus import GpuPool
-from crucible.executor.launch import build_command, build_env
+from crucible.executor.launch import build_command, build_env, read_termination_message
 from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
 
 log = logging.getLogger(__name__)
@@ -294,8 +294,11 @@ class LocalExecutor:
             self._report(run.id, Phase.Succeeded, reasons.REASON_COMPLETED, "")
         else:
             why = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
+            said = read_termination_message(self._home, run.id, active.number)
             message = (
-                f"attempt {active.number} failed: {why}; see {self.log_path(run.id, active.number)}"
+                f"attempt {active.number} failed: {why}"
+                + (f": {said}" if said else "")
+                + f"; see {self.log_path(run.id, active.number)}"
             )
             self._end(active, reasons.REASON_ERROR_EXIT, code, message)
             self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)

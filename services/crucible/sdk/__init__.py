@@ -11,7 +11,12 @@ for step in range(start, steps):
 run.finish()
 """
 
-from crucible.sdk.checkpoint import CheckpointCorrupt, CheckpointError, TrainState
+from crucible.sdk.checkpoint import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointStorageFull,
+    TrainState,
+)
 from crucible.sdk.datasets import DatasetCorrupt, InputDataset
 from crucible.sdk.preemption import PREEMPTED_EXIT_CODE
 from crucible.sdk.run import Run, init
@@ -20,6 +25,7 @@ __all__ = [
     "PREEMPTED_EXIT_CODE",
     "CheckpointCorrupt",
     "CheckpointError",
+    "CheckpointStorageFull",
     "DatasetCorrupt",
     "InputDataset",
     "Run",

@@ -12,6 +12,7 @@ Resuming reads the checkpoint record, recomputes the digest of the files and ref
 when it differs: a truncated or altered checkpoint is never used.
 """
 
+import errno
 import importlib
 import logging
 import shutil
@@ -74,6 +75,35 @@ class CheckpointCorrupt(CheckpointError):
     """The files of a checkpoint do not match the digest it was registered with."""
 
 
+class CheckpointStorageFull(CheckpointError):
+    """The checkpoint storage ran out of space (or quota) while a checkpoint was written. The
+    partial files are removed; the checkpoints before it are untouched and still resumable."""
+
+
+# What a full volume or an exhausted quota raises.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _storage_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT error behind `exc`, if any. DCP wraps a writer's error in its own
+    CheckpointException (with the failures of each rank in `failures`), and a background
+    write may chain it, so the causes are searched, not just the error itself."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL:
+            return current
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        failures = getattr(current, "failures", None)
+        if isinstance(failures, Mapping):
+            pending.extend(f for f in failures.values() if isinstance(f, BaseException))
+    return None
+
+
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -123,9 +153,12 @@ class Checkpointer:
         writer = self._writer(temp_uri)
         state_dict = dict(state)
         if not async_save:
-            _dcp("dcp_save")(
-                state_dict, storage_writer=writer, no_dist=not distributed.is_distributed()
-            )
+            try:
+                _dcp("dcp_save")(
+                    state_dict, storage_writer=writer, no_dist=not distributed.is_distributed()
+                )
+            except Exception as exc:
+                raise self._full_or(exc, step, temp_uri) from exc
             outcome = self._commit_on_rank0(step, temp_uri, final_uri, meta)
             return distributed.broadcast_from_rank0(outcome).unwrap()
 
@@ -151,7 +184,7 @@ class Checkpointer:
                 else:
                     pending.set_result(None)
             except BaseException as exc:
-                pending.set_exception(exc)
+                pending.set_exception(self._full_or(exc, step, temp_uri))
 
         threading.Thread(target=finish, name="crucible-checkpoint", daemon=True).start()
         self._pending = pending
@@ -161,6 +194,27 @@ class Checkpointer:
         """Wait for the async save in flight; its record on rank 0, None elsewhere or if none."""
         pending, self._pending = self._pending, None
         return pending.result() if pending is not None else None
+
+    def _full_or(self, exc: BaseException, step: int, temp_uri: str) -> BaseException:
+        """A full storage becomes CheckpointStorageFull, after removing what was written of
+        this checkpoint (it would only take the space a later save needs); any other error
+        is returned as it is."""
+        full = _storage_full(exc)
+        if full is None:
+            return exc
+        path = storage.local_path(temp_uri)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            fs, root = _filesystem(temp_uri)
+            if fs.exists(root):
+                fs.rm(root, recursive=True)
+        return CheckpointStorageFull(
+            f"checkpoint at step {step} could not be written: the storage under "
+            f"{self._base_uri} is full ({full.strerror or 'no space left'}); its partial files "
+            "were removed and the earlier checkpoints are intact. Free space or raise the "
+            "volume's size, then resume."
+        )
 
     def _prepare(self, temp_uri: str) -> None:
         """Rank 0 clears what a crashed earlier save of this step left; then everyone writes."""

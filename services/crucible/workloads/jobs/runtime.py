@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
+from crucible.domain import contract
 from crucible.workloads.config import (
     DatagenConfig,
     EvalConfig,
@@ -324,16 +325,32 @@ def run_job(name: str, body: Callable[[], None]) -> None:
         body()
     except ConfigError as exc:
         print(f"crucible.workloads.{name}: {exc}", file=sys.stderr, flush=True)
+        leave_termination_message(str(exc))
         raise SystemExit(BAD_CONFIG_EXIT_CODE) from None
     except Exception as exc:
         from crucible.sdk import CheckpointError, DatasetCorrupt
 
         if isinstance(exc, DatasetCorrupt | CheckpointError):
             print(f"crucible.workloads.{name}: {exc}", file=sys.stderr, flush=True)
+            leave_termination_message(str(exc))
             raise SystemExit(INPUT_ERROR_EXIT_CODE) from None
+        leave_termination_message(f"{type(exc).__name__}: {exc}")
         raise
     finally:
         teardown_torch()
+
+
+def leave_termination_message(text: str) -> None:
+    """Write why the job stops where the backend reads it into the attempt's end
+    (contract.TERMINATION_LOG_ENV); nothing when run by hand, without that variable."""
+    path = os.environ.get(contract.TERMINATION_LOG_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w") as out:
+            out.write(contract.termination_message(text))
+    except OSError as exc:  # a read-only or missing place must not hide the real error
+        print(f"crucible: cannot write the termination message to {path}: {exc}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
