@@ -84,12 +84,17 @@ class ProcessMeter:
 
 
 class PodWatch:
-    """Local times at which pods were first seen created and bound, from a pod watch."""
+    """Local times at which pods were first seen created, bound and Running, from a pod
+    watch; keyed by pod name, or by uid (`by_uid`) where a pod is recreated under its own
+    name (Kubeflow's restart policy). `pods` keeps each key's latest version."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, by_uid: bool = False) -> None:
         self.namespace = namespace
+        self.by_uid = by_uid
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.pods: dict[str, Pod] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, client: AsyncClient) -> None:
@@ -99,10 +104,13 @@ class PodWatch:
             ready.set()
             async for _, pod in client.watch(Pod, namespace=self.namespace):
                 now = time.monotonic()
-                name = pod.metadata.name
-                self.created.setdefault(name, now)
+                key = pod.metadata.uid if self.by_uid else pod.metadata.name
+                self.pods[key] = pod
+                self.created.setdefault(key, now)
                 if pod.spec.nodeName:
-                    self.bound.setdefault(name, now)
+                    self.bound.setdefault(key, now)
+                if pod.status is not None and pod.status.phase == "Running":
+                    self.running.setdefault(key, now)
 
         self._task = asyncio.create_task(run())
         await ready.wait()
@@ -133,13 +141,16 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write(name: str, config: dict[str, Any], results: dict[str, Any]) -> None:
+def write(name: str, config: dict[str, Any], results: dict[str, Any], **comparison: Any) -> None:
+    """benchmarks/results/<name>.json; `comparison`: `baseline` and `ratio` where the
+    benchmark compares with another system."""
     result = {
         "name": name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "config": config,
         "results": results,
+        **comparison,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

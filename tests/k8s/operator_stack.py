@@ -39,22 +39,31 @@ def _fresh_database(suffix: str) -> str:
     return fresh.render_as_string(hide_password=False)
 
 
-def _broker_url() -> str:
+def _broker_url(database: int) -> str:
     base = os.environ.get("CRUCIBLE_BROKER_URL", "redis://127.0.0.1:16379/0")
-    return base.rsplit("/", 1)[0] + "/8"  # a database of its own on the shared Redis
+    return base.rsplit("/", 1)[0] + f"/{database}"  # a database of its own on the shared Redis
 
 
 class Process:
-    """One `crucible ...` command in its own process group, logging to a file."""
+    """One `crucible ...` command (or `program`) in its own process group, logging to a
+    file."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        program: list[str] | None = None,
+    ) -> None:
         self.name, self.args, self.env, self.log = name, args, env, log
+        self.program = program or [sys.executable, "-m", "crucible"]
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with self.log.open("a") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "crucible", *self.args],
+                [*self.program, *self.args],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -76,7 +85,15 @@ class Process:
 
 
 class Stack:
-    def __init__(self, workdir: Path, kube_env: dict[str, str], suffix: str = "operator") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        kube_env: dict[str, str],
+        suffix: str = "operator",
+        broker_database: int = 8,
+    ) -> None:
+        """`broker_database`: the Redis database of the Celery queue; a stack running
+        while the tests' stack runs needs another one."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.database_url = _fresh_database(suffix)
         port = free_port()
@@ -85,7 +102,7 @@ class Stack:
         env |= {
             "CRUCIBLE_HOME": str(workdir / "home"),
             "CRUCIBLE_DATABASE_URL": self.database_url,
-            "CRUCIBLE_BROKER_URL": _broker_url(),
+            "CRUCIBLE_BROKER_URL": _broker_url(broker_database),
             "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN,
             "CRUCIBLE_API_URL": self.url,
             "CRUCIBLE_TOKEN": ADMIN_TOKEN,
@@ -115,14 +132,17 @@ class Stack:
             base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
         )
 
-    def start(self) -> None:
+    def start(self, operator: bool = True) -> None:
+        """Server, worker and (unless `operator` is False: a benchmark starts it per
+        measurement) the operator."""
         self.server.start()
         assert self.server.process is not None
         wait_until_serving(
             f"{self.url}/readyz", self.server.process, self.server.log, 60, what="crucible server"
         )
         self.worker.start()
-        self.operator.start()
+        if operator:
+            self.operator.start()
 
     def stop(self) -> None:
         for process in (self.operator, self.worker, self.server):

@@ -1,0 +1,619 @@
+"""Crucible's operator against Kubeflow's training operator v1 on the same local cluster
+(issue 9, parts 2 and 4), on a private cluster of its own (scripts/cluster with other
+ports and state folder, so it never touches the test cluster).
+
+    eval "$(scripts/services up)"
+    .venv/bin/python -m benchmarks.scheduling_vs_kubeflow scale      # N = 100, 500, 1000
+    .venv/bin/python -m benchmarks.scheduling_vs_kubeflow recovery   # preemptions
+    .venv/bin/python -m benchmarks.scheduling_vs_kubeflow down       # stop the private cluster
+
+`scale`: N PyTorchJobs (one master + `--workers` workers, `--gpus-per-pod` GPUs each)
+against N TrainingRuns of the same shape (nodes = 1 + workers, gpusPerNode), created 10 at
+a time on kwok nodes with 8 GPUs each, the systems alternating. Each measurement starts its
+operator fresh (so peak RSS is that measurement's), creates one warm-up job, then the N;
+a pod watch times apply -> all pods created and -> all pods Running. Only one operator
+runs at a time. Between measurements everything is deleted and the pods are waited out.
+
+`recovery`: J jobs of 2 pods x 8 GPUs per system; each round preempts one pod of every
+job (DisruptionTarget PreemptionByScheduler, then deleted, as kube-scheduler does) and
+times the interruption -> the job's pods all Running again. Kubeflow recreates the pod
+(restartPolicy ExitCode; the training restarts from step 0 unless the user's code finds
+its own checkpoint); Crucible starts the next attempt with CRUCIBLE_RESUME_FROM set to the
+latest checkpoint registered through the API (checked on every replacement). GPU-seconds
+lost per interruption follow from the model in `loss_model`.
+
+Results: benchmarks/results/scheduling_vs_kubeflow.json (+ .png) and
+recovery_vs_kubeflow.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+from benchmarks.kubeflow.training_operator import KubeflowOperator, install, pytorch_job
+from benchmarks.kubeflow.training_operator import versions as kubeflow_versions
+from benchmarks.local_recovery_bench import percentiles
+from benchmarks.operator_bench import (
+    RESULTS,
+    PodWatch,
+    ProcessMeter,
+    _metrics_up,
+    training_run,
+    wait_until,
+    write,
+)
+from lightkube import AsyncClient, codecs
+from lightkube.generic_resource import create_namespaced_resource
+from tests.k8s import cluster_helpers as h
+from tests.k8s.operator_stack import Stack
+
+REPO = Path(__file__).resolve().parents[1]
+CRUCIBLE_CRDS = REPO / "helm" / "crucible" / "crds"
+GPUS_PER_NODE = 8
+# A cluster of its own: the default ports and state folder belong to the test suite.
+PRIVATE_CLUSTER = {
+    "CRUCIBLE_CLUSTER_DIR": "/tmp/kf-cluster",
+    "CRUCIBLE_APISERVER_PORT": "26443",
+    "CRUCIBLE_ETCD_PORT": "22379",
+    "CRUCIBLE_ETCD_PEER_PORT": "22380",
+    "CRUCIBLE_CONTROLLER_MANAGER_PORT": "26257",
+    "CRUCIBLE_SCHEDULER_PORT": "26259",
+    "CRUCIBLE_KWOK_PORT": "26247",
+    "CRUCIBLE_CLUSTER_START_TIMEOUT": "900",  # 1,000 nodes on 2 busy cores take minutes
+}
+CRUCIBLE, KUBEFLOW = "crucible", "kubeflow"
+PyTorchJob = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds of every live process in a process group (a Celery worker's children)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+# --- the two systems -------------------------------------------------------------------
+
+
+class System(ABC):
+    """One operator under test: start it fresh, make its jobs, name their pods."""
+
+    name: str
+    job_kind: str  # for kubectl delete
+
+    @abstractmethod
+    def start(self) -> int:
+        """Start the operator; its pid."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    @abstractmethod
+    def job(self, name: str, workers: int, gpus_per_pod: int, **spec: Any) -> dict[str, Any]:
+        """One master plus `workers` workers; `spec`: extra TrainingRun spec fields."""
+
+    @abstractmethod
+    def pod_name(self, job: str, rank: int, attempt: int = 1) -> str: ...
+
+    def extra_cpu(self) -> float:
+        """CPU seconds of the processes besides the operator that the system needs."""
+        return 0.0
+
+
+class Crucible(System):
+    name, job_kind = CRUCIBLE, "trainingruns.crucible.dev"
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+
+    def start(self) -> int:
+        self.stack.operator.start()
+        self.stack.wait_for("the operator's metrics", lambda: _metrics_up(self.stack), 120)
+        assert self.stack.operator.process is not None
+        return self.stack.operator.process.pid
+
+    def stop(self) -> None:
+        self.stack.operator.kill(signal.SIGTERM)
+
+    def job(self, name: str, workers: int, gpus_per_pod: int, **spec: Any) -> dict[str, Any]:
+        return training_run(name, nodes=1 + workers, gpusPerNode=gpus_per_pod, **spec)
+
+    def pod_name(self, job: str, rank: int, attempt: int = 1) -> str:
+        return f"{job}-a{attempt}-{rank}"
+
+    def extra_cpu(self) -> float:
+        """The control plane the operator reports to (server + Celery worker)."""
+        return sum(
+            group_cpu_seconds(p.process.pid)
+            for p in (self.stack.server, self.stack.worker)
+            if p.process is not None
+        )
+
+
+class Kubeflow(System):
+    name, job_kind = KUBEFLOW, "pytorchjobs.kubeflow.org"
+
+    def __init__(self, operator: KubeflowOperator) -> None:
+        self.operator = operator
+
+    def start(self) -> int:
+        self.operator.start()
+        assert self.operator.process is not None
+        return self.operator.process.pid
+
+    def stop(self) -> None:
+        self.operator.stop()
+
+    def job(self, name: str, workers: int, gpus_per_pod: int, **_: Any) -> dict[str, Any]:
+        return pytorch_job(name, workers, gpus_per_pod, restart_policy="ExitCode")
+
+    def pod_name(self, job: str, rank: int, attempt: int = 1) -> str:
+        return f"{job}-master-0" if rank == 0 else f"{job}-worker-{rank - 1}"
+
+
+@contextmanager
+def running(system: System, namespace: str) -> Iterator[ProcessMeter]:
+    """The system's operator started fresh; on the way out its jobs are deleted while it
+    still runs (Crucible's finalizers need it), their pods waited out, then it stops."""
+    meter = ProcessMeter(system.start())
+    try:
+        yield meter
+    finally:
+        try:
+            clean(system, namespace)
+        except (subprocess.TimeoutExpired, h.KubectlError) as exc:
+            print(f"warning: cleaning {namespace} failed: {exc}", file=sys.stderr)
+        finally:
+            system.stop()
+
+
+def clean(system: System, namespace: str, timeout: float = 900) -> None:
+    # an apiserver busy with 1,000 nodes on 2 shared cores can take minutes to answer
+    h.kubectl(
+        "delete",
+        system.job_kind,
+        "--all",
+        "--wait=false",
+        namespace=namespace,
+        check=False,
+        timeout=600,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = h.kubectl(
+            "get",
+            f"pods,{system.job_kind}",
+            "-o",
+            "name",
+            namespace=namespace,
+            check=False,
+            timeout=120,
+        ).split()
+        if not left:
+            break
+        time.sleep(2)
+    else:
+        print(f"warning: {namespace} still has objects after {timeout}s", file=sys.stderr)
+    h.delete_namespace(namespace)
+
+
+async def create_all(
+    client: AsyncClient, manifests: list[dict[str, Any]], namespace: str, concurrency: int
+) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def create(manifest: dict[str, Any]) -> None:
+        async with gate:
+            await client.create(codecs.from_dict(manifest), namespace=namespace)  # type: ignore[call-overload]
+
+    await asyncio.gather(*(create(m) for m in manifests))
+
+
+# --- scale -----------------------------------------------------------------------------
+
+
+async def measure_scale(
+    system: System,
+    namespace: str,
+    meter: ProcessMeter,
+    n: int,
+    workers: int,
+    gpus: int,
+    concurrency: int,
+) -> dict[str, Any]:
+    client = AsyncClient(namespace=namespace, timeout=httpx2.Timeout(300))
+    watch = PodWatch(namespace)
+    await watch.start(client)
+    pods_per_job = 1 + workers
+    warmup = [system.pod_name("warmup", r) for r in range(pods_per_job)]
+    warmup_job = codecs.from_dict(system.job("warmup", workers, gpus))
+    await client.create(warmup_job, namespace=namespace)  # type: ignore[call-overload]
+    await wait_until(lambda: all(p in watch.running for p in warmup), 180, "the warm-up job")
+
+    def timed(times: dict[str, float]) -> list[float]:
+        return [t for p, t in times.items() if not p.startswith("warmup")]
+
+    rss_before = meter.peak_rss_mib()
+    cpu_before, extra_before = meter.cpu_seconds(), system.extra_cpu()
+    load_before = load()
+    started = time.monotonic()
+    manifests = [system.job(f"j{i}", workers, gpus) for i in range(n)]
+    await create_all(client, manifests, namespace, concurrency)
+    applied = time.monotonic() - started
+    want = n * pods_per_job
+    await wait_until(lambda: len(timed(watch.running)) >= want, 3600, f"{want} pods Running")
+    created, run = timed(watch.created), timed(watch.running)
+    cpu = meter.cpu_seconds() - cpu_before
+    extra = system.extra_cpu() - extra_before
+    watch.stop()
+    await client.close()
+    result = {
+        "jobs": n,
+        "pods": want,
+        "apply_seconds": round(applied, 2),
+        "all_pods_created_s": round(max(created) - started, 2),
+        "all_pods_running_s": round(max(run) - started, 2),
+        "pods_running_per_s": round(want / (max(run) - started), 1),
+        "operator_cpu_seconds": round(cpu, 1),
+        "operator_rss_after_warmup_mib": rss_before,
+        "operator_peak_rss_mib": meter.peak_rss_mib(),
+        "load_before": load_before,
+        "load_after": load(),
+    }
+    if system.name == CRUCIBLE:
+        result["control_plane_cpu_seconds"] = round(extra, 1)
+    return result
+
+
+def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) -> None:
+    systems: list[System] = [Crucible(stack), Kubeflow(kubeflow)]
+    config = {
+        "sizes": args.sizes,
+        "repeats": args.repeats,
+        "nodes": args.nodes,
+        "gpus_per_node": GPUS_PER_NODE,
+        "shape": f"1 master + {args.workers} worker(s), {args.gpus_per_pod} GPU(s) per pod",
+        "create_concurrency": args.concurrency,
+        "crucible": "crucible server (Postgres) + crucible worker (Redis) + crucible operator",
+        "kubeflow": "training-operator --enable-scheme=pytorchjob, 1 controller thread "
+        "(its default and its deployment's), no gang scheduler, leader election and "
+        "webhooks off",
+        "operators": "one at a time, each started fresh per measurement",
+        **kubeflow_versions(),
+        "note": args.note,
+    }
+    results: dict[str, list[dict[str, Any]]] = {CRUCIBLE: [], KUBEFLOW: []}
+    earlier = RESULTS / "scheduling_vs_kubeflow.json"
+    if args.append and earlier.exists():
+        kept = orjson.loads(earlier.read_bytes())
+        results = {
+            CRUCIBLE: kept["results"]["crucible"]["runs"],
+            KUBEFLOW: kept["baseline"]["runs"],
+        }
+        config["note"] = " ".join(filter(None, [kept["config"].get("note"), args.note]))
+    for n in args.sizes:
+        need = (n + 1) * (1 + args.workers) * args.gpus_per_pod
+        if need > args.nodes * GPUS_PER_NODE:
+            raise SystemExit(f"N={n} needs {need} GPUs; {args.nodes} nodes have {args.nodes * 8}")
+    pairs = [n for n in args.sizes for _ in range(args.repeats)]
+    for index, n in enumerate(pairs):
+        repeat = pairs[:index].count(n) + 1 + sum(r["jobs"] == n for r in results[CRUCIBLE])
+        order = systems if index % 2 == 0 else systems[::-1]  # alternate who goes first
+        for system in order:
+            namespace = h.create_namespace(f"s-{system.name[:2]}-{n}")
+            with running(system, namespace) as meter:
+                print(f"[bench] {system.name} N={n} repeat {repeat}", file=sys.stderr)
+                result = asyncio.run(
+                    measure_scale(
+                        system,
+                        namespace,
+                        meter,
+                        n,
+                        args.workers,
+                        args.gpus_per_pod,
+                        args.concurrency,
+                    )
+                )
+                # written before the clean-up, which may fail on a saturated apiserver
+                print(f"[bench] {system.name}: {result}", file=sys.stderr)
+                results[system.name].append(result | {"repeat": repeat})
+                write_scale(config, results)
+                plot_scale(results)
+
+
+def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    at = [r for r in runs if r["jobs"] == n]
+    out: dict[str, Any] = {"measurements": len(at)}
+    for key in (
+        "all_pods_created_s",
+        "all_pods_running_s",
+        "operator_cpu_seconds",
+        "operator_peak_rss_mib",
+    ):
+        values = [r[key] for r in at]
+        out[key] = {
+            "median": round(statistics.median(values), 2),
+            "min": min(values),
+            "max": max(values),
+        }
+    return out
+
+
+def write_scale(config: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> None:
+    sizes = sorted({r["jobs"] for r in results[CRUCIBLE]} & {r["jobs"] for r in results[KUBEFLOW]})
+    summary = {s: {str(n): summarize(results[s], n) for n in sizes} for s in (CRUCIBLE, KUBEFLOW)}
+    ratio = {
+        str(n): {
+            key: round(
+                summary[CRUCIBLE][str(n)][key]["median"] / summary[KUBEFLOW][str(n)][key]["median"],
+                2,
+            )
+            for key in summary[CRUCIBLE][str(n)]
+            if key != "measurements"
+        }
+        for n in sizes
+    }
+    write(
+        "scheduling_vs_kubeflow",
+        config,
+        {"crucible": {"runs": results[CRUCIBLE], "median": summary[CRUCIBLE]}},
+        baseline={"runs": results[KUBEFLOW], "median": summary[KUBEFLOW]},
+        ratio={
+            "definition": "Crucible's median / Kubeflow's median (< 1: Crucible lower)",
+            **ratio,
+        },
+    )
+
+
+def plot_scale(results: dict[str, list[dict[str, Any]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for system, label in (
+        (CRUCIBLE, "Crucible operator"),
+        (KUBEFLOW, "Kubeflow training-operator v1"),
+    ):
+        sizes = sorted({r["jobs"] for r in results[system]})
+        if not sizes:
+            continue
+        values = [
+            [r["all_pods_running_s"] for r in results[system] if r["jobs"] == n] for n in sizes
+        ]
+        medians = [statistics.median(v) for v in values]
+        low = [m - min(v) for m, v in zip(medians, values, strict=True)]
+        high = [max(v) - m for m, v in zip(medians, values, strict=True)]
+        ax.errorbar(sizes, medians, yerr=[low, high], marker="o", capsize=4, label=label)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("jobs applied at once (N)")
+    ax.set_ylabel("apply -> all pods Running (s)")
+    ax.set_title("Time to all pods Running (median, min-max)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "scheduling_vs_kubeflow.png", dpi=120)
+
+
+# --- recovery --------------------------------------------------------------------------
+
+
+async def measure_recovery(
+    system: System, stack: Stack, namespace: str, jobs: int, rounds: int
+) -> dict[str, Any]:
+    client = AsyncClient(namespace=namespace, timeout=httpx2.Timeout(300))
+    watch = PodWatch(namespace, by_uid=True)
+    await watch.start(client)
+    names = [f"r{i}" for i in range(jobs)]
+    spec = {"recovery": {"maxInterruptions": 1000, "backoffSeconds": 0}}
+    await create_all(
+        client, [system.job(n, 1, GPUS_PER_NODE, **spec) for n in names], namespace, 10
+    )
+
+    def replacement(pod_name: str, since: float) -> str | None:
+        """The watch key of a pod of that name created after `since` and seen Running."""
+        for key, pod in list(watch.pods.items()):
+            name = pod.metadata.name if pod.metadata else None
+            if name == pod_name and watch.created[key] > since and key in watch.running:
+                return key
+        return None
+
+    latencies: list[float] = []
+    resumed, expected_resumes = 0, 0
+    for attempt in range(1, rounds + 1):
+        # Crucible's next attempt has new pod names; Kubeflow's replacement keeps the name.
+        current = attempt if system.name == CRUCIBLE else 1
+        pods = {n: [system.pod_name(n, r, current) for r in (0, 1)] for n in names}
+        await wait_until(
+            lambda pods=pods: all(replacement(p, 0) for ps in pods.values() for p in ps),  # type: ignore[misc]
+            300,
+            f"round {attempt}'s pods Running",
+        )
+        await asyncio.sleep(1)  # Running, and reported so
+        checkpoints: dict[str, int] = {}
+        if system.name == CRUCIBLE:
+            for n in names:
+                run = await asyncio.to_thread(
+                    stack.wait_for,
+                    f"run {n}",
+                    lambda n=n: stack.run_by_name(namespace, n),  # type: ignore[misc]
+                )
+                body = {
+                    "step": attempt * 1000,
+                    "uri": f"s3://bench/{namespace}/{n}/{attempt}",
+                    "digest": "sha256:" + f"{attempt:064x}",
+                    "size_bytes": 1,
+                }
+                checkpoint = await asyncio.to_thread(
+                    stack.post, f"/runs/{run['id']}/checkpoints", body
+                )
+                checkpoints[n] = checkpoint["id"]
+        injected: dict[str, float] = {}
+        for n in names:
+            await asyncio.to_thread(h.disrupt_pod, namespace, pods[n][1])
+            injected[n] = time.monotonic()
+        following = attempt + 1 if system.name == CRUCIBLE else 1
+        after = {n: [system.pod_name(n, r, following) for r in (0, 1)] for n in names}
+
+        def back(
+            n: str, after: dict[str, list[str]] = after, injected: dict[str, float] = injected
+        ) -> float | None:
+            # Kubeflow only recreates the preempted pod; the master keeps running (in kwok:
+            # on real GPUs it fails on its NCCL timeout and restarts too).
+            targets = after[n] if system.name == CRUCIBLE else [after[n][1]]
+            keys = [replacement(p, injected[n]) for p in targets]
+            return max(watch.running[k] for k in keys if k) if all(keys) else None
+
+        await wait_until(lambda: all(back(n) for n in names), 300, f"round {attempt}'s recovery")
+        for n in names:
+            latencies.append(back(n) - injected[n])  # type: ignore[operator]
+            if system.name == CRUCIBLE:
+                expected_resumes += 1
+                key = replacement(after[n][0], injected[n])
+                pod_spec = watch.pods[key].spec if key else None
+                containers = pod_spec.containers if pod_spec else []
+                env = {e.name: e.value for e in containers[0].env or []} if containers else {}
+                resumed += env.get("CRUCIBLE_RESUME_FROM") == str(checkpoints[n])
+    watch.stop()
+    await client.close()
+    out: dict[str, Any] = {
+        "interruptions": len(latencies),
+        "interruption_to_running_again": percentiles(latencies),
+    }
+    if system.name == CRUCIBLE:
+        out["replacements_resuming_from_latest_checkpoint"] = f"{resumed}/{expected_resumes}"
+    return out
+
+
+def loss_model(restart_s: dict[str, float], gpus: int) -> dict[str, Any]:
+    """Expected GPU-seconds lost per interruption, interruption uniformly random in time.
+
+    Kubeflow (no resume in the user's code): progress since the job started, T/2 on
+    average for a job of length T, plus the restart. Crucible: progress since the last
+    checkpoint, K/2 on average with a checkpoint every K, plus the restart. Kubeflow with
+    resume written by the user: K/2 plus its own restart. All of the job's GPUs idle while
+    it restarts; loading the checkpoint is not modelled (the same for both)."""
+    rows = []
+    for hours in (1, 8, 24):
+        for minutes in (10, 30, 60):
+            k, t = minutes * 60, hours * 3600
+            rows.append(
+                {
+                    "job_hours": hours,
+                    "checkpoint_every_min": minutes,
+                    "kubeflow_gpu_s": round(gpus * (t / 2 + restart_s[KUBEFLOW])),
+                    "kubeflow_user_resume_gpu_s": round(gpus * (k / 2 + restart_s[KUBEFLOW])),
+                    "crucible_gpu_s": round(gpus * (k / 2 + restart_s[CRUCIBLE])),
+                }
+            )
+    return {"gpus_per_job": gpus, "restart_s_median": restart_s, "rows": rows}
+
+
+def recovery(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) -> None:
+    systems: list[System] = [Kubeflow(kubeflow), Crucible(stack)]
+    results: dict[str, Any] = {}
+    for system in systems:
+        namespace = h.create_namespace(f"r-{system.name[:2]}")
+        load_before = load()
+        with running(system, namespace):
+            result = asyncio.run(measure_recovery(system, stack, namespace, args.jobs, args.rounds))
+        results[system.name] = result | {"load_before": load_before, "load_after": load()}
+        print(f"[bench] {system.name}: {results[system.name]}", file=sys.stderr)
+    restart = {s: results[s]["interruption_to_running_again"]["p50_s"] for s in results}
+    config = {
+        "jobs": args.jobs,
+        "rounds": args.rounds,
+        "shape": f"1 master + 1 worker, {GPUS_PER_NODE} GPUs per pod",
+        "interruption": "the worker pod (rank 1): DisruptionTarget PreemptionByScheduler, then "
+        "deleted (tests/k8s/cluster_helpers.disrupt_pod)",
+        "kubeflow": "restartPolicy ExitCode (143 is retryable), backoffLimit 1000",
+        "crucible": "recovery.backoffSeconds 0 (the policy's own wait is not latency); a "
+        "checkpoint registered through the API before each interruption",
+        **kubeflow_versions(),
+    }
+    write(
+        "recovery_vs_kubeflow",
+        config,
+        {"crucible": results[CRUCIBLE], "loss_model": loss_model(restart, 2 * GPUS_PER_NODE)},
+        baseline=results[KUBEFLOW],
+        ratio={
+            "definition": "Crucible's median time to Running again / Kubeflow's",
+            "time_to_running_again": round(restart[CRUCIBLE] / restart[KUBEFLOW], 2),
+        },
+    )
+
+
+# --- main ------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("which", choices=["scale", "recovery", "down"])
+    parser.add_argument("--nodes", type=int, default=1000, help="kwok nodes, 8 GPUs each")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 500, 1000])
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="per size (list a size twice to repeat only it)"
+    )
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--gpus-per-pod", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=10, help="creates in flight")
+    parser.add_argument("--jobs", type=int, default=10, help="recovery: jobs per system")
+    parser.add_argument("--rounds", type=int, default=5, help="recovery: preemptions per job")
+    parser.add_argument(
+        "--append", action="store_true", help="scale: add to the measurements in the JSON"
+    )
+    parser.add_argument("--note", default="", help="recorded in config (e.g. why scaled down)")
+    args = parser.parse_args()
+    for key, value in PRIVATE_CLUSTER.items():
+        os.environ.setdefault(key, value)
+    if args.which == "down":
+        print(h.cluster_command("down").stderr, file=sys.stderr)
+        return
+    cluster = h.cluster_up(nodes=args.nodes)
+    env = cluster.env()
+    os.environ.update({"KUBECONFIG": env["KUBECONFIG"], "PATH": env["PATH"]})
+    h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRUCIBLE_CRDS), timeout=120)
+    install()
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"crucible-vs-kubeflow-{args.which}"
+    subprocess.run(["rm", "-rf", str(workdir)], check=True)
+    # Redis database 11: the tests' stack (8) may run at the same time on the shared Redis
+    stack = Stack(workdir, env, suffix=f"kubeflow_{args.which}", broker_database=11)
+    kubeflow = KubeflowOperator(env["KUBECONFIG"], workdir / "training-operator.log")
+    stack.start(operator=False)  # the operators are started per measurement
+    try:
+        {"scale": scale, "recovery": recovery}[args.which](args, stack, kubeflow)
+    except Exception:
+        print(stack.logs() + "\n" + kubeflow.tail(), file=sys.stderr)
+        raise
+    finally:
+        kubeflow.stop()
+        stack.stop()
+
+
+if __name__ == "__main__":
+    main()
