@@ -15,6 +15,7 @@ when it differs: a truncated or altered checkpoint is never used.
 import errno
 import importlib
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable, Mapping
@@ -82,6 +83,9 @@ class CheckpointStorageFull(CheckpointError):
 
 # What a full volume or an exhausted quota raises.
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+# How the same shows when it is not an OSError: torch.save's zip writer reports a short
+# write as "unexpected pos", and some layers keep only the text of the OSError.
+_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "unexpected pos")
 
 
 def _storage_full(exc: BaseException) -> OSError | None:
@@ -97,6 +101,8 @@ def _storage_full(exc: BaseException) -> OSError | None:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in _FULL:
             return current
+        if any(text in str(current) for text in _FULL_TEXTS):
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
         failures = getattr(current, "failures", None)
         if isinstance(failures, Mapping):
@@ -157,8 +163,11 @@ class Checkpointer:
                 _dcp("dcp_save")(
                     state_dict, storage_writer=writer, no_dist=not distributed.is_distributed()
                 )
-            except Exception as exc:
-                raise self._full_or(exc, step, temp_uri) from exc
+            except BaseException as exc:  # DCP's CheckpointException is a BaseException
+                error = self._save_error(exc, step, temp_uri)
+                if error is exc:
+                    raise
+                raise error from exc
             outcome = self._commit_on_rank0(step, temp_uri, final_uri, meta)
             return distributed.broadcast_from_rank0(outcome).unwrap()
 
@@ -184,7 +193,7 @@ class Checkpointer:
                 else:
                     pending.set_result(None)
             except BaseException as exc:
-                pending.set_exception(self._full_or(exc, step, temp_uri))
+                pending.set_exception(self._save_error(exc, step, temp_uri))
 
         threading.Thread(target=finish, name="crucible-checkpoint", daemon=True).start()
         self._pending = pending
@@ -195,12 +204,16 @@ class Checkpointer:
         pending, self._pending = self._pending, None
         return pending.result() if pending is not None else None
 
-    def _full_or(self, exc: BaseException, step: int, temp_uri: str) -> BaseException:
-        """A full storage becomes CheckpointStorageFull, after removing what was written of
-        this checkpoint (it would only take the space a later save needs); any other error
-        is returned as it is."""
+    def _save_error(self, exc: BaseException, step: int, temp_uri: str) -> BaseException:
+        """What a failed save raises. A full storage becomes CheckpointStorageFull, after
+        removing what was written of this checkpoint (it would only take the space a later
+        save needs). DCP's own CheckpointException derives from BaseException, so
+        `except Exception` would miss it: it becomes a CheckpointError naming the step.
+        Anything else (a KeyboardInterrupt, a bug) is returned as it is."""
         full = _storage_full(exc)
         if full is None:
+            if type(exc).__name__ == "CheckpointException":
+                return CheckpointError(f"checkpoint at step {step} could not be written: {exc}")
             return exc
         path = storage.local_path(temp_uri)
         if path is not None:
