@@ -322,7 +322,8 @@ def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) ->
     pairs = [n for n in args.sizes for _ in range(args.repeats)]
     for index, n in enumerate(pairs):
         repeat = pairs[:index].count(n) + 1 + sum(r["jobs"] == n for r in results[CRUCIBLE])
-        order = systems if index % 2 == 0 else systems[::-1]  # alternate who goes first
+        # alternate who goes first, continuing from the measurements appended to
+        order = systems if (index + len(results[CRUCIBLE])) % 2 == 0 else systems[::-1]
         for system in order:
             namespace = h.create_namespace(f"s-{system.name[:2]}-{n}")
             with running(system, namespace) as meter:
@@ -475,8 +476,8 @@ async def measure_recovery(
                 checkpoints[n] = checkpoint["id"]
         injected: dict[str, float] = {}
         for n in names:
-            await asyncio.to_thread(h.disrupt_pod, namespace, pods[n][1])
             injected[n] = time.monotonic()
+            await asyncio.to_thread(preempt, namespace, pods[n][1])
         following = attempt + 1 if system.name == CRUCIBLE else 1
         after = {n: [system.pod_name(n, r, following) for r in (0, 1)] for n in names}
 
@@ -508,6 +509,17 @@ async def measure_recovery(
     if system.name == CRUCIBLE:
         out["replacements_resuming_from_latest_checkpoint"] = f"{resumed}/{expected_resumes}"
     return out
+
+
+def preempt(namespace: str, pod: str) -> None:
+    """As kube-scheduler preempts: the DisruptionTarget condition, then the delete, which
+    finds the pod gone when Crucible's operator has already stopped the gang on seeing the
+    condition."""
+    try:
+        h.disrupt_pod(namespace, pod)
+    except h.KubectlError as exc:
+        if "NotFound" not in exc.stderr:
+            raise
 
 
 def loss_model(restart_s: dict[str, float], gpus: int) -> dict[str, Any]:
