@@ -103,8 +103,13 @@ def main() -> None:
     (RESULTS / "fp8.json").write_text(json.dumps(fp8, indent=2) + "\n")
     plot(bf16_curve["losses"], fp8_curve["losses"])
 
-    rollout = load("run3/rollout.json")
-    rollout["earlier_run_sort_top_p"] = load("run1/rollout.json")["results"]
+    # run4 measures the committed generator (sorting top-p) against the bisecting one
+    # and HF in one call; run1 and run3 are the earlier versions, kept for the record.
+    rollout = load("run4/rollout.json")
+    rollout["earlier_runs"] = {
+        "run1_sort_top_p_no_compile": load("run1/rollout.json")["results"],
+        "run3_bisect_top_p": load("run3/rollout.json")["results"],
+    }
     rollout["targets"] = [
         {
             "what": f"speed-up over HF generate at batch {r['batch']}",

@@ -60,14 +60,16 @@ def test_sampling_is_seeded_and_stays_in_the_nucleus(model) -> None:
     assert all(len(row) == 10 for row in first)
 
 
+@pytest.mark.parametrize("method", ["sort", "bisect"])
 @pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9])
-def test_bisected_top_p_keeps_the_same_tokens_as_sorting(top_p) -> None:
+def test_top_p_keeps_the_tokens_rollout_sampling_keeps(top_p, method) -> None:
     torch.manual_seed(0)
     probs = torch.softmax(torch.randn(16, 264) * 3, dim=-1)
+    # rollout.sample_next's rule: drop a token once those ranked above it reach top_p.
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     keep_sorted = ~(sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p)
     expected = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, keep_sorted)
-    assert torch.equal(top_p_mask(probs, top_p), expected)
+    assert torch.equal(top_p_mask(probs, top_p, method), expected)
 
 
 def test_too_long_a_request_is_refused(model) -> None:

@@ -15,6 +15,7 @@ tokens are dropped from the result, as `rollout.generate` never produces them.
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -23,19 +24,25 @@ from torch import Tensor
 from crucible.workloads.model import GPT, Block
 from crucible.workloads.rollout import Generation
 
+TopPMethod = Literal["sort", "bisect"]
 TOP_P_BISECTION_STEPS = 32
-"""Halvings of the probability threshold in `top_p_mask`: the kept set is exact unless two
-probabilities differ by less than max(p) * 2**-32."""
+"""Halvings of the probability threshold in the bisecting `top_p_mask`: the kept set is exact
+unless two probabilities differ by less than max(p) * 2**-32."""
 
 
-def top_p_mask(probs: Tensor, top_p: float) -> Tensor:
+def top_p_mask(probs: Tensor, top_p: float, method: TopPMethod = "sort") -> Tensor:
     """True for the tokens nucleus sampling keeps: those ranked above the first token at which
     the cumulative probability reaches top_p, and that token (as `rollout.sample_next`).
 
-    Found by bisecting the threshold t (keep p >= t) instead of sorting: a sort of 50k
-    probabilities per row is the slowest kernel of a decode step, while each bisection step
-    is one fused pass, and the loop has fixed length, so it can be compiled and captured.
+    "sort" sorts each row once; "bisect" halves a threshold t (keep p >= t) a fixed number
+    of times, one fused pass each, with no sort. Both have no host sync and can be captured
+    in a CUDA graph. On the H200 the sort was as fast at batch 1 and faster from batch 32 up
+    (benchmarks/gpu/README.md), so it is the default.
     """
+    if method == "sort":
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
+        return torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, keep)
     low = torch.zeros_like(probs[:, :1])
     high = probs.max(dim=-1, keepdim=True).values
     for _ in range(TOP_P_BISECTION_STEPS):
@@ -48,7 +55,9 @@ def top_p_mask(probs: Tensor, top_p: float) -> Tensor:
     return probs >= torch.where(high_enough, high, low)
 
 
-def sample_top_p(logits: Tensor, *, temperature: float, top_p: float) -> Tensor:
+def sample_top_p(
+    logits: Tensor, *, temperature: float, top_p: float, method: TopPMethod = "sort"
+) -> Tensor:
     """Next token per row from (batch, vocab) logits, without a host sync or torch.multinomial
     (neither can be captured in a CUDA graph): the exponential race, argmax(p / E) with
     E ~ Exp(1), draws index i with probability p_i. Greedy when temperature is 0."""
@@ -56,7 +65,7 @@ def sample_top_p(logits: Tensor, *, temperature: float, top_p: float) -> Tensor:
         return logits.argmax(dim=-1)
     probs = F.softmax(logits.float() / temperature, dim=-1)
     if top_p < 1.0:
-        probs = probs * top_p_mask(probs, top_p)
+        probs = probs * top_p_mask(probs, top_p, method)
     race = probs / torch.empty_like(probs).exponential_()
     return race.argmax(dim=-1)
 
@@ -67,6 +76,7 @@ class StaticGenerator:
 
     cuda_graph: capture the decode step as a CUDA graph (on CUDA only; ignored on the CPU).
     The graph samples from the default CUDA generator; seed it with torch.cuda.manual_seed.
+    top_p_method: how nucleus sampling finds its tokens (`top_p_mask`).
     compile: torch.compile the decode step first (fewer, fused kernels per step: a graph
     replays every kernel, so fewer kernels is what makes small batches fast).
     """
@@ -82,6 +92,7 @@ class StaticGenerator:
         top_p: float = 1.0,
         cuda_graph: bool = True,
         compile: bool = False,
+        top_p_method: TopPMethod = "sort",
     ) -> None:
         config = model.config
         total = max_prompt_len + max_new_tokens
@@ -96,6 +107,7 @@ class StaticGenerator:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
+        self.top_p_method = top_p_method
         weight = model.wte.weight
         device = weight.device
         self.device = device
@@ -166,7 +178,9 @@ class StaticGenerator:
     def _emit(self, logits: Tensor, *, step: int | Tensor) -> None:
         """Sample from `logits`, record token and logprob at `step`, make it the next input."""
         logits = logits.float()
-        token = sample_top_p(logits, temperature=self.temperature, top_p=self.top_p)
+        token = sample_top_p(
+            logits, temperature=self.temperature, top_p=self.top_p, method=self.top_p_method
+        )
         logprob = F.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
         index = step if isinstance(step, Tensor) else torch.tensor([step], device=self.device)
         self.out_tokens.index_copy_(1, index, token[:, None])
