@@ -29,7 +29,8 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,40 @@ async def recovery(
     }
 
 
+@contextmanager
+def bench_stack(name: str, nodes: int) -> Iterator[tuple[Stack, str]]:
+    """The cluster at `nodes` fake GPU nodes, a fresh `crucible server` + worker + operator
+    stack and a namespace; on the way out the resources are deleted while the operator
+    still runs (so their finalizers come off as they would), then everything stops. The
+    stack's logs are printed when the benchmark fails."""
+    cluster = h.cluster_up(nodes=nodes)
+    env = cluster.env()
+    os.environ.update({"KUBECONFIG": env["KUBECONFIG"], "PATH": env["PATH"]})
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"crucible-bench-{name}"
+    subprocess.run(["rm", "-rf", str(workdir)], check=True)
+    stack = Stack(workdir, env, suffix=f"bench_{name}")
+    stack.start()
+    namespace = h.create_namespace(f"bench-{name}")
+    try:
+        yield stack, namespace
+    except Exception:
+        print(stack.logs(), file=sys.stderr)
+        raise
+    finally:
+        h.kubectl(
+            "delete",
+            "crucible",
+            "--all",
+            "--wait=true",
+            "--timeout=300s",
+            namespace=namespace,
+            check=False,
+            timeout=330,
+        )
+        stack.stop()
+        h.delete_namespace(namespace)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("which", choices=["scale", "recovery"])
@@ -289,15 +324,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=None, help="fake GPU nodes (scale: 100)")
     args = parser.parse_args()
     nodes = args.nodes or (100 if args.which == "scale" else 4)
-    cluster = h.cluster_up(nodes=nodes)
-    env = cluster.env()
-    os.environ.update({"KUBECONFIG": env["KUBECONFIG"], "PATH": env["PATH"]})
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"crucible-bench-{args.which}"
-    subprocess.run(["rm", "-rf", str(workdir)], check=True)
-    stack = Stack(workdir, env, suffix=f"bench_{args.which}")
-    stack.start()
-    namespace = h.create_namespace(f"bench-{args.which}")
-    try:
+    with bench_stack(args.which, nodes) as (stack, namespace):
         stack.wait_for("the operator's metrics", lambda: _metrics_up(stack), 60)
         if args.which == "scale":
             runs = args.runs or 500
@@ -321,23 +348,6 @@ def main() -> None:
             }
         config["stack"] = "crucible server (Postgres) + crucible worker (Redis) + operator"
         write(f"operator_{args.which}", config, results)
-    except Exception:
-        print(stack.logs(), file=sys.stderr)
-        raise
-    finally:
-        # Deleted while the operator runs, so their finalizers come off as they would.
-        h.kubectl(
-            "delete",
-            "crucible",
-            "--all",
-            "--wait=true",
-            "--timeout=300s",
-            namespace=namespace,
-            check=False,
-            timeout=330,
-        )
-        stack.stop()
-        h.delete_namespace(namespace)
 
 
 def _metrics_up(stack: Stack) -> bool:

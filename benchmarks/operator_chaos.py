@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks.operator_bench import TOLERATE_GPU, write
+from benchmarks.operator_bench import TOLERATE_GPU, bench_stack, write
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -129,16 +127,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--kills", type=int, default=3)
     args = parser.parse_args()
-    cluster = h.cluster_up(nodes=4)
-    env = cluster.env()
-    os.environ.update({"KUBECONFIG": env["KUBECONFIG"], "PATH": env["PATH"]})
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / "crucible-bench-chaos"
-    subprocess.run(["rm", "-rf", str(workdir)], check=True)
-    stack = Stack(workdir, env, suffix="bench_chaos")
-    stack.start()
-    namespace = h.create_namespace("bench-chaos")
     load_before = [round(x, 2) for x in os.getloadavg()]
-    try:
+    with bench_stack("chaos", nodes=4) as (stack, namespace):
         results = chaos(stack, namespace, args.runs, args.kills)
         results["load_average_before"] = load_before
         config = {
@@ -148,24 +138,8 @@ def main() -> None:
             "stack": "crucible server (Postgres) + crucible worker (Redis) + operator",
         }
         write("operator_chaos", config, results)
-        if not results["all_held"]:
-            sys.exit("the operator did not converge cleanly: see the results above")
-    except Exception:
-        print(stack.logs(), file=sys.stderr)
-        raise
-    finally:
-        h.kubectl(
-            "delete",
-            "crucible",
-            "--all",
-            "--wait=true",
-            "--timeout=300s",
-            namespace=namespace,
-            check=False,
-            timeout=330,
-        )
-        stack.stop()
-        h.delete_namespace(namespace)
+    if not results["all_held"]:
+        sys.exit("the operator did not converge cleanly: see the results above")
 
 
 if __name__ == "__main__":
