@@ -6,8 +6,9 @@ from typing import Any
 import pytest
 import torch
 
-from crucible.workloads.config import TaskConfig
+from crucible.workloads.config import TaskConfig, model_preset
 from crucible.workloads.datagen import teach
+from crucible.workloads.model import build_model
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher
 
 
@@ -28,3 +29,16 @@ def one_digit_task() -> ArithmeticTask:
 @pytest.fixture(scope="session")
 def one_digit_records(one_digit_task: ArithmeticTask) -> list[dict[str, Any]]:
     return teach(SolverTeacher(), one_digit_task.sample("train", 2000, seed=0))
+
+
+@pytest.fixture
+def model() -> torch.nn.Module:
+    """The tiny preset with unit-scale random weights, in eval mode."""
+    torch.manual_seed(0)
+    # At its small init scale a random model repeats one token whatever the prompt;
+    # unit-scale weights make greedy decoding depend on the prompt and on the position.
+    model = build_model(model_preset("tiny"))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=1.0)
+    return model.eval()

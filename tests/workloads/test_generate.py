@@ -3,24 +3,12 @@
 import pytest
 import torch
 
-from crucible.workloads.config import model_preset
 from crucible.workloads.generate import StaticGenerator, top_p_mask
-from crucible.workloads.model import build_model
 from crucible.workloads.rollout import generate
 from crucible.workloads.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 PROMPTS = ["1+2=", "37+58=", "9*9=", "123-4=", "7="]
-
-
-@pytest.fixture
-def model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = build_model(model_preset("tiny"))
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=1.0)
-    return model.eval()
 
 
 def test_static_greedy_equals_uncached_greedy_token_for_token(model) -> None:

@@ -11,18 +11,6 @@ from crucible.workloads.tokenizer import ByteTokenizer
 TOK = ByteTokenizer()
 
 
-@pytest.fixture
-def model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    # At its small init scale a random model repeats one token whatever the prompt;
-    # unit-scale weights make greedy decoding depend on the prompt and on the position.
-    model = build_model(model_preset("tiny"))
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=1.0)
-    return model.eval()
-
-
 PROMPTS = ["1+2=", "37+58=", "9*9=", "123-4=", "7="]
 
 
