@@ -85,16 +85,25 @@ class ProcessMeter:
 
 
 class PodWatch:
-    """Local times at which pods were first seen created, bound and Running, from a pod
-    watch; keyed by pod name, or by uid (`by_uid`) where a pod is recreated under its own
-    name (Kubeflow's restart policy). `pods` keeps each key's latest version."""
+    """Local times at which pods were first seen created, bound and Running, and ended
+    (terminal phase, being deleted, or deleted), from a pod watch; keyed by pod name, or by
+    uid (`by_uid`) where a pod is recreated under its own name (Kubeflow's restart policy).
+    `pods` keeps each key's latest version; `on_change(key, pod)`, if given, is called
+    after each event is recorded."""
 
-    def __init__(self, namespace: str, by_uid: bool = False) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        by_uid: bool = False,
+        on_change: Callable[[str, Pod], None] | None = None,
+    ) -> None:
         self.namespace = namespace
         self.by_uid = by_uid
+        self.on_change = on_change
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
         self.pods: dict[str, Pod] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -103,15 +112,24 @@ class PodWatch:
 
         async def run() -> None:
             ready.set()
-            async for _, pod in client.watch(Pod, namespace=self.namespace):
+            async for event, pod in client.watch(Pod, namespace=self.namespace):
                 now = time.monotonic()
                 key = pod.metadata.uid if self.by_uid else pod.metadata.name
                 self.pods[key] = pod
                 self.created.setdefault(key, now)
                 if pod.spec.nodeName:
                     self.bound.setdefault(key, now)
-                if pod.status is not None and pod.status.phase == "Running":
+                phase = pod.status.phase if pod.status is not None else None
+                if phase == "Running":
                     self.running.setdefault(key, now)
+                if (
+                    event == "DELETED"
+                    or pod.metadata.deletionTimestamp is not None
+                    or phase in ("Succeeded", "Failed")
+                ):
+                    self.ended.setdefault(key, now)
+                if self.on_change is not None:
+                    self.on_change(key, pod)
 
         self._task = asyncio.create_task(run())
         await ready.wait()
@@ -281,17 +299,30 @@ async def recovery(
 
 
 @contextmanager
-def bench_stack(name: str, nodes: int) -> Iterator[tuple[Stack, str]]:
+def bench_stack(
+    name: str,
+    nodes: int,
+    broker_database: int = 8,
+    delete_timeout_s: int = 300,
+    install_crds: bool = False,
+) -> Iterator[tuple[Stack, str]]:
     """The cluster at `nodes` fake GPU nodes, a fresh `crucible server` + worker + operator
     stack and a namespace; on the way out the resources are deleted while the operator
     still runs (so their finalizers come off as they would), then everything stops. The
-    stack's logs are printed when the benchmark fails."""
+    stack's logs are printed when the benchmark fails. The cluster is scripts/cluster's,
+    so its state folder and ports follow the CRUCIBLE_CLUSTER_DIR and CRUCIBLE_*_PORT
+    variables of this process; `broker_database`: the stack's Redis database (another
+    one than the tests' 8 when both may run); `install_crds`: apply helm/crucible/crds
+    first (a private cluster has none; the tests' cluster has them)."""
     cluster = h.cluster_up(nodes=nodes)
     env = cluster.env()
     os.environ.update({"KUBECONFIG": env["KUBECONFIG"], "PATH": env["PATH"]})
+    if install_crds:
+        crds = Path(__file__).resolve().parents[1] / "helm" / "crucible" / "crds"
+        h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds), timeout=120)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"crucible-bench-{name}"
     subprocess.run(["rm", "-rf", str(workdir)], check=True)
-    stack = Stack(workdir, env, suffix=f"bench_{name}")
+    stack = Stack(workdir, env, suffix=f"bench_{name}", broker_database=broker_database)
     stack.start()
     namespace = h.create_namespace(f"bench-{name}")
     try:
@@ -305,10 +336,10 @@ def bench_stack(name: str, nodes: int) -> Iterator[tuple[Stack, str]]:
             "crucible",
             "--all",
             "--wait=true",
-            "--timeout=300s",
+            f"--timeout={delete_timeout_s}s",
             namespace=namespace,
             check=False,
-            timeout=330,
+            timeout=delete_timeout_s + 30,
         )
         stack.stop()
         h.delete_namespace(namespace)
