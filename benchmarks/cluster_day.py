@@ -3,7 +3,7 @@ shapes arriving over time, spot nodes reclaimed every minute, a simulated worklo
 registers checkpoints and heartbeats through the API, and everything measured.
 
     eval "$(scripts/services up)"
-    .venv/bin/python -m benchmarks.cluster_day                       # 1,000 nodes, 25 minutes
+    .venv/bin/python -m benchmarks.cluster_day       # 1,000 nodes, 20 minutes, 5 -> 60 runs/min
     .venv/bin/python -m benchmarks.cluster_day --nodes 50 --minutes 3 --keep-cluster   # a try
 
 The cluster is a private one of scripts/cluster (state in /tmp/crucible-cluster-day, its own
@@ -73,6 +73,8 @@ from benchmarks.operator_bench import (
 )
 from lightkube import AsyncClient, codecs
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import on_error_retry
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
@@ -285,6 +287,72 @@ def probe_api(url: str, project: str, run_id: int, out: str, stop_at: float, pau
     client.close()
 
 
+# --- request counts, from the components' Prometheus metrics ----------------------------
+
+
+def _counts(exposition: str, metric: str, labels: tuple[str, ...]) -> dict[str, float]:
+    """`metric`'s samples summed by `labels` ("label=value,..." keys)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name != metric:
+                continue
+            key = " ".join(sample.labels.get(label, "") for label in labels).strip()
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def request_counts(stack: Stack) -> dict[str, dict[str, float]]:
+    """Requests so far: the control plane's by route, the Kubernetes API server's by verb
+    and resource, and the operator's reconcile passes and pods created by kind."""
+    out: dict[str, dict[str, float]] = {}
+    try:
+        text_ = httpx.get(f"{stack.url}/metrics", timeout=60).text
+        out["control_plane"] = _counts(text_, "crucible_http_requests_total", ("method", "route"))
+    except httpx.HTTPError:
+        out["control_plane"] = {}
+    try:
+        text_ = h.kubectl("get", "--raw", "/metrics", timeout=120)
+        out["kube_apiserver"] = _counts(
+            text_, "apiserver_request_total", ("verb", "resource", "subresource")
+        )
+    except (h.KubectlError, subprocess.TimeoutExpired):
+        out["kube_apiserver"] = {}
+    try:
+        text_ = httpx.get(f"http://127.0.0.1:{stack.operator_metrics_port}/", timeout=60).text
+        out["operator"] = {
+            **{
+                f"reconcile passes {k}": v
+                for k, v in _counts(
+                    text_, "crucible_operator_reconcile_seconds_count", ("kind",)
+                ).items()
+            },
+            **{
+                f"pods created {k}": v
+                for k, v in _counts(
+                    text_, "crucible_operator_pods_created_total", ("kind",)
+                ).items()
+            },
+        }
+    except httpx.HTTPError:
+        out["operator"] = {}
+    return out
+
+
+def count_delta(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], per: float
+) -> dict[str, Any]:
+    """The requests made during the day, most first, and per `per` (runs created)."""
+    out: dict[str, Any] = {}
+    for source, counts in after.items():
+        delta = {k: v - before.get(source, {}).get(k, 0.0) for k, v in counts.items()}
+        ranked = sorted(((k, v) for k, v in delta.items() if v > 0), key=lambda kv: -kv[1])
+        out[source] = {
+            k: {"total": round(v), "per_run": round(v / max(per, 1), 2)} for k, v in ranked[:25]
+        }
+    return out
+
+
 # --- the day ---------------------------------------------------------------------------
 
 
@@ -330,6 +398,8 @@ class Day:
         self.t0 = 0.0
         self.stop_at = 0.0
         self.node_template: dict[str, Any] = {}
+        self.counts_before: dict[str, dict[str, float]] = {}
+        self.counts_after: dict[str, dict[str, float]] = {}
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
@@ -604,7 +674,9 @@ class Day:
                 self._spawn(self._readd(client, node))
 
     async def _watch_nodes(self, client: AsyncClient) -> None:
-        async for event, node in client.watch(Node, labels={h.FAKE_NODE_LABEL: "true"}):
+        async for event, node in client.watch(
+            Node, labels={h.FAKE_NODE_LABEL: "true"}, on_error=on_error_retry
+        ):
             name = node.metadata.name
             if event == "DELETED":
                 self.node_ready.pop(name, None)
@@ -617,7 +689,9 @@ class Day:
             )
 
     async def _watch_evaljobs(self, client: AsyncClient) -> None:
-        async for _, job in client.watch(EvalJob, namespace=self.namespace):
+        async for _, job in client.watch(
+            EvalJob, namespace=self.namespace, on_error=on_error_retry
+        ):
             self.eval_seen.setdefault(int(job.spec["checkpoint"]["id"]), time.monotonic())
 
     # -- sampling -------------------------------------------------------------------------
@@ -756,6 +830,7 @@ class Day:
             timeout=120,
             limits=httpx.Limits(max_connections=args.http_connections),
         )
+        self.counts_before = await asyncio.to_thread(request_counts, self.stack)
         self.t0 = time.monotonic()
         self.stop_at = self.t0 + args.minutes * 60
         probe_out = Path(os.environ.get("TMPDIR", "/tmp")) / f"crucible-bench-{NAME}-probe.jsonl"
@@ -781,6 +856,7 @@ class Day:
             self._workload(client, http),
         )
         ended = time.monotonic()
+        self.counts_after = await asyncio.to_thread(request_counts, self.stack)
         await asyncio.sleep(self.args.sample_every)  # the last sample
         prober.join(120)
         for task in background:
@@ -978,6 +1054,9 @@ class Day:
                     {"table": t, "bytes": int(b), "rows": int(n)} for t, b, n in tables
                 ],
             },
+            "requests_during_the_day": count_delta(
+                self.counts_before, self.counts_after, len(created)
+            ),
             "cpu_seconds": cpu_total,
             "cpu_cores_mean": {g: round(v / elapsed, 2) for g, v in cpu_total.items()},
             "peak_rss_mib": {
@@ -1033,9 +1112,9 @@ def private_cluster(args: argparse.Namespace) -> Iterator[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="fake nodes, 8 GPUs each")
-    parser.add_argument("--minutes", type=float, default=25, help="wall-clock minutes")
-    parser.add_argument("--rate", type=float, default=10, help="arrivals per minute at start")
-    parser.add_argument("--rate-end", type=float, default=None, help="at the end (default: --rate)")
+    parser.add_argument("--minutes", type=float, default=20, help="wall-clock minutes")
+    parser.add_argument("--rate", type=float, default=5, help="arrivals per minute at start")
+    parser.add_argument("--rate-end", type=float, default=60, help="arrivals per minute at the end")
     parser.add_argument(
         "--mix", default="1x1:50,1x8:30,2x8:10,4x8:7,8x8:3", help="NODESxGPUS:WEIGHT,..."
     )
@@ -1066,8 +1145,6 @@ def main() -> None:
     parser.add_argument("--note", default="", help="recorded in the results")
     parser.add_argument("--output", default=NAME, help="results name (benchmarks/results/)")
     args = parser.parse_args()
-    if args.rate_end is None:
-        args.rate_end = args.rate
     load_before = [round(x, 2) for x in os.getloadavg()]
     with (
         private_cluster(args) as cluster_dir,

@@ -27,11 +27,17 @@ def plot(results: Path, png: Path) -> None:
     ax.plot(t, [s["runs_waiting"] for s in series], label="runs waiting for their pods")
     ax.plot(t, [s["create_backlog"] for s in series], label="creates not yet accepted")
     ax.plot(t, [s["nodes_not_ready"] for s in series], label="nodes NotReady", linestyle=":")
+    ax.plot(
+        t,
+        [s["rate_per_min"] for s in series],
+        color="black",
+        linestyle="--",
+        label="arrivals per minute (Poisson rate)",
+    )
     ax.set_ylabel("count")
     twin = ax.twinx()
     twin.plot(t, [s["gpus_allocated"] for s in series], color="grey", alpha=0.5)
-    twin.plot(t, [s["rate_per_min"] for s in series], color="black", linestyle="--", alpha=0.5)
-    twin.set_ylabel("GPUs allocated (grey), arrivals/min (dashed)")
+    twin.set_ylabel("GPUs allocated (grey)")
     ax.legend(loc="upper left", fontsize=8)
 
     ax = axes[1]
@@ -63,10 +69,26 @@ def plot(results: Path, png: Path) -> None:
     ax = axes[2]
     routes = sorted({x[1] for x in lat["api"]})
     for route in routes:
-        points = [x for x in lat["api"] if x[1] == route]
-        ax.plot([x[0] / 60 for x in points], [x[2] for x in points], linewidth=0.6, label=route)
+        buckets: dict[int, list[float]] = {}
+        for x in lat["api"]:
+            if x[1] == route:
+                buckets.setdefault(int(x[0] // 30), []).append(x[2])
+        keys = sorted(buckets)
+        middle = [(k + 0.5) / 2 for k in keys]
+        line = ax.plot(
+            middle,
+            [sorted(buckets[k])[len(buckets[k]) // 2] for k in keys],
+            label=f"{route}: median",
+        )
+        ax.plot(
+            middle,
+            [max(buckets[k]) for k in keys],
+            linestyle=":",
+            color=line[0].get_color(),
+            label=f"{route}: max",
+        )
     ax.set_yscale("log")
-    ax.set_ylabel("API probe latency, s (log)")
+    ax.set_ylabel("API probe latency per 30 s, s (log)")
     ax.legend(loc="upper left", fontsize=8)
 
     ax = axes[3]
