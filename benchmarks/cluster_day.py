@@ -1152,7 +1152,7 @@ def main() -> None:
             NAME,
             args.nodes,
             broker_database=BROKER_DATABASE,
-            delete_timeout_s=60,
+            delete_timeout_s=60 if args.keep_cluster else 0,  # torn down next
             install_crds=True,
         ) as (
             stack,

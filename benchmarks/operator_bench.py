@@ -312,8 +312,9 @@ def bench_stack(
     stack's logs are printed when the benchmark fails. The cluster is scripts/cluster's,
     so its state folder and ports follow the CRUCIBLE_CLUSTER_DIR and CRUCIBLE_*_PORT
     variables of this process; `broker_database`: the stack's Redis database (another
-    one than the tests' 8 when both may run); `install_crds`: apply helm/crucible/crds
-    first (a private cluster has none; the tests' cluster has them)."""
+    one than the tests' 8 when both may run); `delete_timeout_s`: how long the resources
+    may take to go (0: leave them, for a cluster torn down next); `install_crds`: apply
+    helm/crucible/crds first (a private cluster has none; the tests' cluster has them)."""
     cluster = h.cluster_up(nodes=nodes)
     env = cluster.env()
     os.environ.update({"KUBECONFIG": env["KUBECONFIG"], "PATH": env["PATH"]})
@@ -331,18 +332,23 @@ def bench_stack(
         print(stack.logs(), file=sys.stderr)
         raise
     finally:
-        h.kubectl(
-            "delete",
-            "crucible",
-            "--all",
-            "--wait=true",
-            f"--timeout={delete_timeout_s}s",
-            namespace=namespace,
-            check=False,
-            timeout=delete_timeout_s + 30,
-        )
-        stack.stop()
-        h.delete_namespace(namespace)
+        try:
+            if delete_timeout_s > 0:
+                h.kubectl(
+                    "delete",
+                    "crucible",
+                    "--all",
+                    "--wait=true",
+                    f"--timeout={delete_timeout_s}s",
+                    namespace=namespace,
+                    check=False,
+                    timeout=delete_timeout_s + 30,
+                )
+        except subprocess.TimeoutExpired:
+            print(f"deleting the resources took over {delete_timeout_s} s", file=sys.stderr)
+        finally:
+            stack.stop()
+            h.delete_namespace(namespace)
 
 
 def main() -> None:
