@@ -303,14 +303,18 @@ def _counts(exposition: str, metric: str, labels: tuple[str, ...]) -> dict[str, 
 
 
 def request_counts(stack: Stack) -> dict[str, dict[str, float]]:
-    """Requests so far: the control plane's by route, the Kubernetes API server's by verb
-    and resource, and the operator's reconcile passes and pods created by kind."""
+    """Requests so far: the control plane's by route (and the seconds spent answering
+    them), the Kubernetes API server's by verb and resource, and the operator's reconcile
+    passes and pods created by kind."""
     out: dict[str, dict[str, float]] = {}
     try:
         text_ = httpx.get(f"{stack.url}/metrics", timeout=60).text
         out["control_plane"] = _counts(text_, "crucible_http_requests_total", ("method", "route"))
+        out["control_plane_seconds"] = _counts(
+            text_, "crucible_http_request_duration_seconds_sum", ("method", "route")
+        )
     except httpx.HTTPError:
-        out["control_plane"] = {}
+        out["control_plane"] = out["control_plane_seconds"] = {}
     try:
         text_ = h.kubectl("get", "--raw", "/metrics", timeout=120)
         out["kube_apiserver"] = _counts(
@@ -348,7 +352,7 @@ def count_delta(
         delta = {k: v - before.get(source, {}).get(k, 0.0) for k, v in counts.items()}
         ranked = sorted(((k, v) for k, v in delta.items() if v > 0), key=lambda kv: -kv[1])
         out[source] = {
-            k: {"total": round(v), "per_run": round(v / max(per, 1), 2)} for k, v in ranked[:25]
+            k: {"total": round(v, 1), "per_run": round(v / max(per, 1), 3)} for k, v in ranked[:25]
         }
     return out
 
