@@ -20,7 +20,7 @@ import torch
 from common import out_dir, write_result
 
 from crucible.workloads.config import model_preset
-from crucible.workloads.generate import StaticGenerator
+from crucible.workloads.generate import StaticGenerator, fast_generator
 from crucible.workloads.model import build_model
 from crucible.workloads.rollout import generate
 
@@ -58,12 +58,39 @@ def hf_model(config: Any) -> Any:
     return GPT2LMHeadModel(hf_config).to("cuda", torch.bfloat16).eval()
 
 
+def write_profile(model: Any, batch: int, prompts: list[list[int]]) -> None:
+    """Kernel time per operator of one eager generation (sort nucleus), to see what a
+    decode step spends its time on."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch._dynamo.reset()
+    generator = StaticGenerator(
+        model,
+        batch_size=batch,
+        max_prompt_len=PROMPT_LEN,
+        max_new_tokens=NEW_TOKENS,
+        temperature=1.0,
+        top_p=TOP_P,
+        cuda_graph=False,
+    )
+    generator(prompts, eos_id=None, pad_id=0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        generator(prompts, eos_id=None, pad_id=0)
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30)
+    (out_dir() / f"rollout_profile_b{batch}.txt").write_text(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--out", default="rollout.json")
+    parser.add_argument(
+        "--profile", action="store_true", help="also write each batch's kernel-time table"
+    )
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -75,19 +102,22 @@ def main() -> None:
         prompts = torch.randint(0, 50257, (batch, PROMPT_LEN))
         prompt_lists = prompts.tolist()
         row: dict[str, Any] = {"batch": batch, "new_tokens": NEW_TOKENS, "prompt_len": PROMPT_LEN}
-        # (name, CUDA graph, torch.compile, top-p method). Compiling pays only where the
-        # step is launch-bound (batch 1); at 256 it measured slower, so it is not repeated.
+        # (name, CUDA graph, torch.compile of the step, of the sampling only, top-p method).
+        # Compiling the whole step pays only where it is launch-bound (batch 1); compiling
+        # the sampling alone is for large batches, where the (batch, vocab) passes dominate.
         variants = [
-            ("static_cuda_graph", True, False, "sort"),
-            ("static_cuda_graph_bisect", True, False, "bisect"),
-            ("static_eager", False, False, "sort"),
+            ("static_cuda_graph", True, False, False, "sort"),
+            ("static_cuda_graph_bisect", True, False, False, "bisect"),
+            ("static_cuda_graph_compiled_sampling", True, False, True, "sort"),
+            ("static_cuda_graph_compiled_sampling_bisect", True, False, True, "bisect"),
+            ("static_eager", False, False, False, "sort"),
         ]
         if batch == 1:
             variants += [
-                ("static_compiled_cuda_graph", True, True, "sort"),
-                ("static_compiled_cuda_graph_bisect", True, True, "bisect"),
+                ("static_compiled_cuda_graph", True, True, False, "sort"),
+                ("static_compiled_cuda_graph_bisect", True, True, False, "bisect"),
             ]
-        for name, graph, compile, method in variants:
+        for name, graph, compile, compile_sampling, method in variants:
             torch._dynamo.reset()  # each batch size compiles for its own static shapes
             generator = StaticGenerator(
                 ours,
@@ -98,6 +128,7 @@ def main() -> None:
                 top_p=TOP_P,
                 cuda_graph=graph,
                 compile=compile,
+                compile_sampling=compile_sampling,
                 top_p_method=method,
             )
             try:
@@ -109,6 +140,33 @@ def main() -> None:
                 row[f"{name}_error"] = f"{type(error).__name__}: {error}"[:1000]
                 continue
             row[f"{name}_tokens_per_s"] = round(batch * NEW_TOKENS / seconds, 1)
+        # What the rollout job uses (`rollout.rollout` on CUDA): the settings chosen by batch.
+        torch._dynamo.reset()
+        fast = fast_generator(
+            ours,
+            batch_size=batch,
+            max_prompt_len=PROMPT_LEN,
+            max_new_tokens=NEW_TOKENS,
+            temperature=1.0,
+            top_p=TOP_P,
+        )
+        seconds = timed(lambda: fast(prompt_lists, eos_id=None, pad_id=0), args.repeats)  # noqa: B023
+        row["fast_generator_tokens_per_s"] = round(batch * NEW_TOKENS / seconds, 1)
+        # What a step costs without the nucleus (top-p 1: softmax and the draw only).
+        torch._dynamo.reset()
+        floor = StaticGenerator(
+            ours,
+            batch_size=batch,
+            max_prompt_len=PROMPT_LEN,
+            max_new_tokens=NEW_TOKENS,
+            temperature=1.0,
+            top_p=1.0,
+            compile_sampling=True,
+        )
+        seconds = timed(lambda: floor(prompt_lists, eos_id=None, pad_id=0), args.repeats)  # noqa: B023
+        row["no_nucleus_floor_tokens_per_s"] = round(batch * NEW_TOKENS / seconds, 1)
+        if args.profile:
+            write_profile(ours, batch, prompt_lists)
         torch._dynamo.reset()
         seconds = timed(
             lambda: generate(
@@ -150,7 +208,8 @@ def main() -> None:
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started
             row["hf_tokens_per_s"] = round(batch * NEW_TOKENS / seconds, 1)
-            best = max(row.get(f"{name}_tokens_per_s", 0.0) for name, *_ in variants)
+            names = ["fast_generator", *(name for name, *_ in variants)]
+            best = max(row.get(f"{name}_tokens_per_s", 0.0) for name in names)
             row["speedup_vs_hf"] = round(best / row["hf_tokens_per_s"], 1)
             if batch in TARGETS:
                 row["target_speedup"] = TARGETS[batch]

@@ -4,7 +4,9 @@
     python benchmarks/gpu/train_bench.py curve --preset 1.3B --precision fp8 --steps 2000
     torchrun --nproc_per_node 2 benchmarks/gpu/train_bench.py throughput --runs 1.3B:bf16:16
 
-A run spec is PRESET:PRECISION:MICRO_BATCH[:ac] (ac: activation checkpointing). Sequences are
+A run spec is PRESET:PRECISION:MICRO_BATCH[:OPTION...], options `ac` (activation
+checkpointing), `ddp` (under torchrun: DistributedDataParallel of the whole compiled model
+instead of FSDP2) and `autotune` (torch.compile mode max-autotune-no-cudagraphs). Sequences are
 `max_seq_len` (1,024) bytes of real text (`common.byte_corpus`), the same for every run.
 Under torchrun every rank trains its own micro-batch and the model is sharded with FSDP2, so
 tokens/s is the sum over ranks. The step is the trainer's: the model built by `build_model`,
@@ -24,6 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from common import PEAK_BF16_FLOPS, byte_corpus, out_dir, write_result
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from crucible.workloads.config import TrainConfig, model_preset
 from crucible.workloads.fp8 import convert_to_float8, float8_stats
@@ -42,17 +45,36 @@ class RunSpec:
     precision: str
     micro_batch: int
     activation_checkpointing: bool = False
+    ddp: bool = False
+    autotune: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "RunSpec":
-        parts = text.split(":")
-        return cls(parts[0], parts[1], int(parts[2]), len(parts) > 3 and parts[3] == "ac")
+        preset, precision, micro_batch, *options = text.split(":")
+        unknown = set(options) - {"ac", "ddp", "autotune"}
+        if unknown:
+            raise SystemExit(f"unknown run option(s) {sorted(unknown)} in {text!r}")
+        return cls(
+            preset,
+            precision,
+            int(micro_batch),
+            activation_checkpointing="ac" in options,
+            ddp="ddp" in options,
+            autotune="autotune" in options,
+        )
 
     @property
     def name(self) -> str:
-        return f"{self.preset}-{self.precision}-mb{self.micro_batch}" + (
-            "-ac" if self.activation_checkpointing else ""
-        )
+        options = [
+            flag
+            for flag, on in (
+                ("ac", self.activation_checkpointing),
+                ("ddp", self.ddp),
+                ("autotune", self.autotune),
+            )
+            if on
+        ]
+        return "-".join([self.preset, self.precision, f"mb{self.micro_batch}", *options])
 
 
 class Batches:
@@ -87,7 +109,7 @@ def build(spec: RunSpec, config: TrainConfig, device: torch.device) -> nn.Module
     if spec.precision == "fp8":
         convert_to_float8(model)
     apply_activation_checkpointing(model, spec.activation_checkpointing)
-    if dist.is_initialized():
+    if dist.is_initialized() and not spec.ddp:
         apply_fsdp(model, param_dtype=torch.bfloat16)
         compile_blocks(model)
     return model
@@ -102,6 +124,7 @@ def train(
     corpus: Tensor,
     record_losses: bool,
     fp8_stats_every: int = 0,
+    profile: bool = False,
 ) -> dict[str, Any]:
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -116,18 +139,26 @@ def train(
     model = build(spec, config, device)
     model_config = model_preset(spec.preset)
     optimizer = build_optimizer(config, model, device)  # type: ignore[arg-type]
+    sharded = dist.is_initialized() and not spec.ddp
+    forward = (
+        DistributedDataParallel(model, device_ids=[device.index], gradient_as_bucket_view=True)
+        if dist.is_initialized() and spec.ddp
+        else model
+    )
     scheduler = build_lr_scheduler(config, optimizer)
     seq = model_config.max_seq_len
     batches = Batches(corpus, spec.micro_batch, seq, device)
 
     def loss_of(inputs: Tensor, targets: Tensor) -> Tensor:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = model(inputs)
+            logits = forward(inputs)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
-    # One graph for forward and loss on one GPU (the float32 logits never reach memory
-    # unfused); under FSDP the blocks are compiled on their own instead.
-    loss_fn = loss_of if dist.is_initialized() else torch.compile(loss_of)
+    # One graph for forward and loss on one GPU and under DDP (the float32 logits never
+    # reach memory unfused; dynamo splits the graph at DDP's buckets); under FSDP the blocks
+    # are compiled on their own instead.
+    mode = "max-autotune-no-cudagraphs" if spec.autotune else None
+    loss_fn = loss_of if sharded else torch.compile(loss_of, mode=mode)
 
     def step() -> Tensor:
         inputs, targets = batches.take(rank, world)
@@ -153,6 +184,8 @@ def train(
             stats[warmup + i + 1] = float8_stats(model)
     synchronize(device)
     elapsed = time.perf_counter() - started
+    if profile and rank == 0:
+        write_profile(spec, step, device)
     tokens = steps * spec.micro_batch * seq * world
     tokens_per_s = tokens / elapsed
     mfu = tokens_per_s * flops_per_token(model_config, seq) / (PEAK_BF16_FLOPS * world)
@@ -166,7 +199,9 @@ def train(
         "micro_batch": spec.micro_batch,
         "activation_checkpointing": spec.activation_checkpointing,
         "gpus": world,
-        "fsdp": dist.is_initialized(),
+        "fsdp": sharded,
+        "ddp": dist.is_initialized() and spec.ddp,
+        "compile_mode": mode,
         "seq_len": seq,
         "params": num_params(build_model(model_config, device="meta")),
         "timed_steps": steps,
@@ -190,6 +225,19 @@ def train(
     return result
 
 
+def write_profile(spec: RunSpec, step: Any, device: torch.device) -> None:
+    """Kernel time per operator over 3 more steps (after the timed ones), to see where a
+    step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        synchronize(device)
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+    (out_dir() / f"profile_{spec.name}.txt").write_text(table)
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -206,6 +254,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--out", default="train.json", help="file name under $OUT")
+    parser.add_argument(
+        "--profile", action="store_true", help="throughput: also write each run's kernel table"
+    )
     args = parser.parse_args()
 
     torch.set_float32_matmul_precision("high")
@@ -227,6 +278,7 @@ def main() -> None:
                     lr=args.lr,
                     corpus=corpus,
                     record_losses=False,
+                    profile=args.profile,
                 )
             except Exception as error:  # a failed run is a result too; keep measuring others
                 result = {"run": spec.name, "error": f"{type(error).__name__}: {error}"[:2000]}

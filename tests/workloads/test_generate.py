@@ -49,6 +49,30 @@ def test_sampling_is_seeded_and_stays_in_the_nucleus(model) -> None:
 
 
 @pytest.mark.parametrize("method", ["sort", "bisect"])
+def test_compiled_sampling_keeps_only_the_nucleus(model, method) -> None:
+    """The compiled sampler (softmax, nucleus, draw and logprob fused): at top_p 1e-6 the
+    nucleus is the top token, so sampling at temperature 1 must give greedy's tokens and
+    the same log-probabilities."""
+    prompts = [TOK.encode(p, bos=True) for p in PROMPTS]
+    greedy = StaticGenerator(model, batch_size=5, max_prompt_len=7, max_new_tokens=6)
+    expected = greedy(prompts, eos_id=None, pad_id=TOK.PAD)
+    compiled = StaticGenerator(
+        model,
+        batch_size=5,
+        max_prompt_len=7,
+        max_new_tokens=6,
+        temperature=1.0,
+        top_p=1e-6,
+        compile_sampling=True,
+        top_p_method=method,
+    )
+    got = compiled(prompts, eos_id=None, pad_id=TOK.PAD)
+    assert got.tokens == expected.tokens
+    for a, b in zip(got.logprobs, expected.logprobs, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+@pytest.mark.parametrize("method", ["sort", "bisect"])
 @pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9])
 def test_top_p_keeps_the_tokens_rollout_sampling_keeps(top_p, method) -> None:
     torch.manual_seed(0)

@@ -1,5 +1,6 @@
 """Rollouts: K scored samples per prompt, reproducible from the seed, written as JSONL."""
 
+import pytest
 import torch
 
 from crucible.workloads.config import RolloutConfig, model_preset
@@ -25,9 +26,11 @@ def _model() -> torch.nn.Module:
     return build_model(model_preset("tiny"))
 
 
-def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path) -> None:
+# static: the GPU path (a static KV cache; on CUDA its step replays as a graph), here on CPU.
+@pytest.mark.parametrize("static", [False, True])
+def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path, static) -> None:
     config = RolloutConfig(samples_per_prompt=4, batch_size=2, max_new_tokens=3, seed=1)
-    trajectories = rollout(_model(), TOK, PROMPTS, exact_match_reward, config)
+    trajectories = rollout(_model(), TOK, PROMPTS, exact_match_reward, config, static=static)
     assert [t.prompt for t in trajectories] == [p for p in PROMPTS for _ in range(4)]
     assert [t.group for t in trajectories] == [g for g in range(3) for _ in range(4)]
     for t in trajectories:
@@ -45,12 +48,26 @@ def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path) -> None:
     assert set(records[0]) >= {"prompt", "completion", "reward", "logprobs", "logprob"}
 
 
-def test_same_seed_same_rollout() -> None:
+@pytest.mark.parametrize("static", [False, True])
+def test_same_seed_same_rollout(static) -> None:
     config = RolloutConfig(samples_per_prompt=3, max_new_tokens=3, seed=7)
     model = _model()
-    first = rollout(model, TOK, PROMPTS, exact_match_reward, config)
-    again = rollout(model, TOK, PROMPTS, exact_match_reward, config)
+    first = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=static)
+    again = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=static)
     assert [t.completion_tokens for t in first] == [t.completion_tokens for t in again]
+
+
+def test_static_and_dynamic_paths_agree_when_greedy() -> None:
+    config = RolloutConfig(
+        temperature=0.0, samples_per_prompt=2, batch_size=2, max_new_tokens=5, seed=3
+    )
+    model = _model()
+    dynamic = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=False)
+    static = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=True)
+    assert [t.completion_tokens for t in static] == [t.completion_tokens for t in dynamic]
+    assert [t.group for t in static] == [t.group for t in dynamic]
+    for a, b in zip(static, dynamic, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 def test_top_p_keeps_only_the_nucleus() -> None:

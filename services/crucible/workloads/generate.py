@@ -15,6 +15,7 @@ tokens are dropped from the result, as `rollout.generate` never produces them.
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -22,12 +23,26 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from crucible.workloads.model import GPT, Block
-from crucible.workloads.rollout import Generation
 
 TopPMethod = Literal["sort", "bisect"]
 TOP_P_BISECTION_STEPS = 32
 """Halvings of the probability threshold in the bisecting `top_p_mask`: the kept set is exact
 unless two probabilities differ by less than max(p) * 2**-32."""
+
+LARGE_BATCH = 128
+"""From this many rows `fast_generator` compiles the sampling and bisects the nucleus: on the
+H200 at batch 256 that made 113k tokens/s against 78k for the uncompiled sort, while at 32
+and below the three ways were within 5% (benchmarks/gpu/README.md, run 5)."""
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]
+    """Generated ids per row, EOS included when the row ended with it."""
+
+    logprobs: list[list[float]]
+    """Per generated token: its logprob under the model's own distribution (temperature 1,
+    no top-p), which is what the RL trainer recomputes for the ratio."""
 
 
 def top_p_mask(probs: Tensor, top_p: float, method: TopPMethod = "sort") -> Tensor:
@@ -70,6 +85,44 @@ def sample_top_p(
     return race.argmax(dim=-1)
 
 
+def sample_with_logprob(
+    logits: Tensor, *, temperature: float, top_p: float, method: TopPMethod = "sort"
+) -> tuple[Tensor, Tensor]:
+    """`sample_top_p`'s token per row and its log-probability under the untempered logits
+    (what RL's importance ratios compare against). One function, so that a compiled
+    sampler fuses the softmax's and the log-softmax's passes over the vocabulary."""
+    logits = logits.float()
+    token = sample_top_p(logits, temperature=temperature, top_p=top_p, method=method)
+    logprob = F.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+    return token, logprob
+
+
+def fast_generator(
+    model: GPT,
+    *,
+    batch_size: int,
+    max_prompt_len: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+) -> "StaticGenerator":
+    """A `StaticGenerator` with the settings measured fastest for its batch size: on CUDA
+    from `LARGE_BATCH` rows up, compiled sampling with a bisected nucleus (which keeps every
+    token tied with the last one kept, where a sort keeps an arbitrary subset of the ties);
+    otherwise the sort, uncompiled (no compile time to pay back)."""
+    large = batch_size >= LARGE_BATCH and model.wte.weight.device.type == "cuda"
+    return StaticGenerator(
+        model,
+        batch_size=batch_size,
+        max_prompt_len=max_prompt_len,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        compile_sampling=large,
+        top_p_method="bisect" if large else "sort",
+    )
+
+
 class StaticGenerator:
     """Generates up to `max_new_tokens` after prompts of up to `max_prompt_len` tokens, for a
     fixed `batch_size`; build one per shape and call it many times.
@@ -79,6 +132,9 @@ class StaticGenerator:
     top_p_method: how nucleus sampling finds its tokens (`top_p_mask`).
     compile: torch.compile the decode step first (fewer, fused kernels per step: a graph
     replays every kernel, so fewer kernels is what makes small batches fast).
+    compile_sampling: torch.compile only the sampling (softmax, nucleus, draw, logprob):
+    at large batches the passes over (batch, vocab) probabilities dominate a step, and
+    fusing them is what pays there.
     """
 
     def __init__(
@@ -92,6 +148,7 @@ class StaticGenerator:
         top_p: float = 1.0,
         cuda_graph: bool = True,
         compile: bool = False,
+        compile_sampling: bool = False,
         top_p_method: TopPMethod = "sort",
     ) -> None:
         config = model.config
@@ -123,6 +180,9 @@ class StaticGenerator:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.use_graph = cuda_graph and device.type == "cuda"
         self.step_fn = torch.compile(self._decode_step) if compile else self._decode_step
+        self.sample = (
+            torch.compile(sample_with_logprob) if compile_sampling else sample_with_logprob
+        )
 
     @torch.no_grad()
     def __call__(
@@ -177,11 +237,9 @@ class StaticGenerator:
 
     def _emit(self, logits: Tensor, *, step: int | Tensor) -> None:
         """Sample from `logits`, record token and logprob at `step`, make it the next input."""
-        logits = logits.float()
-        token = sample_top_p(
+        token, logprob = self.sample(
             logits, temperature=self.temperature, top_p=self.top_p, method=self.top_p_method
         )
-        logprob = F.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
         index = step if isinstance(step, Tensor) else torch.tensor([step], device=self.device)
         self.out_tokens.index_copy_(1, index, token[:, None])
         self.out_logprobs.index_copy_(1, index, logprob[:, None])

@@ -15,21 +15,12 @@ from torch import Tensor
 
 from crucible.workloads.config import RolloutConfig
 from crucible.workloads.data import write_jsonl
+from crucible.workloads.generate import Generation, fast_generator
 from crucible.workloads.model import GPT
 from crucible.workloads.tokenizer import ByteTokenizer
 
 RewardFn = Callable[[str, str], float]
 """(prompt, completion) -> reward."""
-
-
-@dataclass
-class Generation:
-    tokens: list[list[int]]
-    """Generated ids per row, EOS included when the row ended with it."""
-
-    logprobs: list[list[float]]
-    """Per generated token: its logprob under the model's own distribution (temperature 1,
-    no top-p), which is what the RL trainer recomputes for the ratio."""
 
 
 @dataclass
@@ -125,26 +116,53 @@ def rollout(
     prompts: Sequence[str],
     reward_fn: RewardFn,
     config: RolloutConfig,
+    *,
+    static: bool | None = None,
 ) -> list[Trajectory]:
-    """`config.samples_per_prompt` scored samples for each prompt, grouped by prompt."""
+    """`config.samples_per_prompt` scored samples for each prompt, grouped by prompt.
+
+    static: generate with `generate.fast_generator` (a static KV cache, the decode step
+    replayed as a CUDA graph) instead of `generate` above; by default on CUDA only. The
+    static path samples from the default generators, seeded here from `config.seed`.
+    """
     was_training = model.training
     model.eval()
-    generator = torch.Generator(device=model.wte.weight.device).manual_seed(config.seed)
+    device = model.wte.weight.device
     k = config.samples_per_prompt
+    encoded = [tokenizer.encode(p, bos=True) for p in prompts]
+    if static if static is not None else device.type == "cuda":
+        torch.manual_seed(config.seed)  # also seeds every CUDA device's generator
+        fast = fast_generator(
+            model,
+            batch_size=min(config.batch_size, len(prompts)) * k,
+            max_prompt_len=max(len(e) for e in encoded),
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+        )
+
+        def complete(rows: list[list[int]]) -> Generation:
+            return fast(rows, eos_id=tokenizer.EOS, pad_id=tokenizer.PAD)
+    else:
+        generator = torch.Generator(device=device).manual_seed(config.seed)
+
+        def complete(rows: list[list[int]]) -> Generation:
+            return generate(
+                model,
+                rows,
+                max_new_tokens=config.max_new_tokens,
+                eos_id=tokenizer.EOS,
+                pad_id=tokenizer.PAD,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                generator=generator,
+            )
+
     trajectories: list[Trajectory] = []
     for start in range(0, len(prompts), config.batch_size):
         chunk = prompts[start : start + config.batch_size]
-        rows = [tokenizer.encode(p, bos=True) for p in chunk for _ in range(k)]
-        generation = generate(
-            model,
-            rows,
-            max_new_tokens=config.max_new_tokens,
-            eos_id=tokenizer.EOS,
-            pad_id=tokenizer.PAD,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            generator=generator,
-        )
+        rows = [e for e in encoded[start : start + config.batch_size] for _ in range(k)]
+        generation = complete(rows)
         for row, (tokens, logprobs) in enumerate(
             zip(generation.tokens, generation.logprobs, strict=True)
         ):
