@@ -23,7 +23,14 @@ from crucible.workers.inprocess import InProcessWorkers
 console = Console(stderr=True)
 
 
-def serve_api(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
+def serve_api(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    workers: int = 1,
+    worker_healthcheck_timeout: int = 30,
+) -> None:
     if workers > 1:
         if settings.is_sqlite:
             raise CrucibleError(
@@ -38,6 +45,7 @@ def serve_api(settings: Settings, *, host: str, port: int, workers: int = 1) -> 
             host=host,
             port=port,
             workers=workers,
+            timeout_worker_healthcheck=worker_healthcheck_timeout,
             log_level="warning",
         )
         return

@@ -63,11 +63,26 @@ def server(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
     workers: Annotated[int, typer.Option(min=1, help="API processes (Postgres only).")] = 1,
+    worker_healthcheck_timeout: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="With --workers: seconds a process may take to answer the supervisor's "
+            "health check before it is restarted (uvicorn's default, 5, kills busy processes "
+            "on a loaded machine and their requests with them).",
+        ),
+    ] = 30,
 ) -> None:
     """Run the control-plane API (embedded SQLite unless CRUCIBLE_DATABASE_URL is set)."""
     from crucible.serve import serve_api
 
-    serve_api(load_settings(), host=host, port=port, workers=workers)
+    serve_api(
+        load_settings(),
+        host=host,
+        port=port,
+        workers=workers,
+        worker_healthcheck_timeout=worker_healthcheck_timeout,
+    )
 
 
 class DemoSize(StrEnum):
