@@ -10,7 +10,7 @@ import crucible
 import crucible.sdk.checkpoint as checkpoint_module
 from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
-from crucible.sdk import CheckpointCorrupt, TrainState
+from crucible.sdk import CheckpointCorrupt, Run, TrainState
 from tests.sdk.conftest import new_run
 
 
@@ -167,4 +167,77 @@ def test_fsspec_storage_round_trip(api: CrucibleClient, sdk_env: Path) -> None:
     restored, restored_optimizer = build(seed=2)
     assert run.load_checkpoint({"train": TrainState(restored, restored_optimizer)}) == 4
     assert torch.equal(restored.state_dict()["0.weight"], model.state_dict()["0.weight"])
+    run.finish()
+
+
+def staged_buffers(run: Run) -> tuple[object, dict[str, int]]:
+    """The writer the run's async saves go through and where its staged tensors live."""
+    writer = run._checkpointer._async_writer_cached
+    cache = writer.state_dict_cache
+    weights = cache["train"]["model"]
+    return writer, {key: tensor.data_ptr() for key, tensor in weights.items()}
+
+
+def test_async_saves_reuse_one_writer_and_its_staged_buffers(
+    api: CrucibleClient, sdk_env: Path
+) -> None:
+    run_id = new_run(api)
+    run = crucible.init(run_id=run_id)
+    model, optimizer = build(seed=1)
+    train(model, optimizer, 1)
+    expected: dict[int, dict[str, torch.Tensor]] = {}
+    seen = []
+    for step in (1, 2, 3):
+        expected[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        run.save_checkpoint(step, {"train": TrainState(model, optimizer)}, async_save=True)
+        seen.append(staged_buffers(run))
+        train(model, optimizer, 1)  # changes the weights while the save is written
+    run.wait_for_checkpoint()
+
+    writers = {id(writer) for writer, _ in seen}
+    assert len(writers) == 1, "one writer for every async save"
+    assert seen[0][1] == seen[1][1] == seen[2][1], "the staged copies reuse the same buffers"
+    records = api.list_checkpoints(run_id).items
+    assert sorted(c.step for c in records) == [1, 2, 3]
+    for record in records:  # each holds the weights of its step, not the later ones
+        reader = crucible.init(run_id=run_id, resume_from=str(record.id))
+        restored, restored_optimizer = build(seed=2)
+        assert reader.load_checkpoint({"train": TrainState(restored, restored_optimizer)}) == (
+            record.step
+        )
+        for key, value in restored.state_dict().items():
+            assert torch.equal(value, expected[record.step][key]), (record.step, key)
+        reader.finish()
+
+    # A state of another layout does not fit the buffers: it gets a writer of its own.
+    wider = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    wider_optimizer = torch.optim.AdamW(wider.parameters(), lr=1e-2)
+    train(wider, wider_optimizer, 1)
+    run.save_checkpoint(4, {"train": TrainState(wider, wider_optimizer)}, async_save=True)
+    writer, buffers = staged_buffers(run)
+    assert id(writer) not in writers
+    assert buffers["0.weight"] != seen[0][1]["0.weight"]
+    record = run.wait_for_checkpoint()
+    assert record is not None and record.step == 4
+    run.finish()
+
+
+def test_async_saves_to_fsspec_storage_reuse_the_writer(api: CrucibleClient, sdk_env: Path) -> None:
+    run_id = new_run(api)
+    run = crucible.init(run_id=run_id, checkpoint_uri=f"memory://ckpt-async/{run_id}")
+    model, optimizer = build(seed=1)
+    train(model, optimizer, 1)
+    run.save_checkpoint(1, {"train": TrainState(model, optimizer)}, async_save=True)
+    first = staged_buffers(run)
+    train(model, optimizer, 1)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    run.save_checkpoint(2, {"train": TrainState(model, optimizer)}, async_save=True)
+    assert staged_buffers(run) == first
+    train(model, optimizer, 1)
+    record = run.wait_for_checkpoint()
+    assert record is not None and record.uri == f"memory://ckpt-async/{run_id}/step-00000002"
+    restored, restored_optimizer = build(seed=2)
+    assert run.load_checkpoint({"train": TrainState(restored, restored_optimizer)}) == 2
+    for key, value in restored.state_dict().items():
+        assert torch.equal(value, expected[key])
     run.finish()

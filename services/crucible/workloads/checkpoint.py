@@ -27,9 +27,19 @@ class Stateful(Protocol):
 
 
 class Checkpointer(Protocol):
-    """Every rank calls `save` and `load`; an implementation decides which ranks write."""
+    """Every rank calls `save`, `wait` and `load`; an implementation decides which ranks
+    write."""
 
-    def save(self, step: int, state: Mapping[str, Stateful]) -> None: ...
+    def save(self, step: int, state: Mapping[str, Stateful]) -> None:
+        """Checkpoint `state` at `step`. It may return before the checkpoint is complete
+        (an async save), but only after it has taken its copy of `state`: the caller may
+        change the state right away."""
+        ...
+
+    def wait(self) -> None:
+        """Block until the last `save` is complete (for a checkpointer that saves
+        asynchronously: written and registered); raises if it failed."""
+        ...
 
     def load(self, state: Mapping[str, Stateful]) -> int | None:
         """Restore the latest complete checkpoint into `state` (each object's
@@ -56,6 +66,9 @@ class LocalCheckpointer:
             os.replace(partial, final)
         if dist.is_initialized():
             dist.barrier()
+
+    def wait(self) -> None:
+        """Nothing to wait for: `save` returns once the file is in place."""
 
     def load(self, state: Mapping[str, Stateful]) -> int | None:
         files = sorted(self.directory.glob("step_*.pt"))

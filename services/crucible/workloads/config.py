@@ -150,6 +150,18 @@ class TrainConfig:
     """Also checkpoint the freshly initialised model at step 0 (on a fresh start only), so
     evals show where training started from."""
 
+    checkpoint_async: bool = False
+    """Save checkpoints asynchronously (DCP `async_save` through the run SDK): a save blocks
+    only while it copies the state into host buffers kept between saves (pinned on a GPU),
+    and the files are written and the checkpoint registered in the background while
+    training goes on. For large models on GPUs, where a synchronous save stalls training for
+    the whole write (a 1.3B model with AdamW on an H200 blocked 11 s on the first save and
+    0.36 s on later ones, while the write took about 20 s; benchmarks/gpu/README.md). It
+    keeps a host-memory copy of the rank's weights and optimizer state for the rest of the
+    run. A checkpoint counts as saved only once it is registered: the trainer waits for the
+    save in flight before the next save, at the end of `train()` and before a preempted
+    attempt exits."""
+
     samples_per_prompt: int = 8
     """RL: samples per prompt (K) in the rollout dataset; advantages are normalised
     within each group of K."""

@@ -89,7 +89,11 @@ class Trainer:
         self.step = 0
         """Optimizer steps done."""
         self.last_checkpoint_step: int | None = None
-        """Step of the checkpoint saved or resumed from last (None: none yet)."""
+        """Step of the checkpoint saved or resumed from last (None: none yet). A checkpoint
+        counts as saved once complete: an async save (`checkpoint_async`) only once it is
+        registered, after `wait_for_checkpoint()`."""
+        self.checkpoint_in_flight: int | None = None
+        """Step of an async save that may still be writing (None: none)."""
         self.stopped = False
         """True when the last `train()` returned early because `should_stop` said so."""
         self.maybe_resume()
@@ -99,7 +103,12 @@ class Trainer:
 
         should_stop: asked before every step (on every rank: it may be a collective such as
         the SDK's `run.should_checkpoint`). When it answers True the trainer checkpoints the
-        current step, unless that step is already saved, sets `stopped` and returns.
+        current step, unless that step is already saved or being saved, sets `stopped` and
+        returns.
+
+        An async save still in flight is waited for before returning (normally or stopped),
+        so when `train()` returns every checkpoint it started is registered and
+        `last_checkpoint_step` names the last.
         """
         losses: list[float] = []
         self.stopped = False
@@ -108,7 +117,7 @@ class Trainer:
             self.save_checkpoint()
         while self.step < self.config.steps:
             if should_stop is not None and should_stop():
-                if self.last_checkpoint_step != self.step:
+                if self.step not in (self.last_checkpoint_step, self.checkpoint_in_flight):
                     self.save_checkpoint()
                 self.stopped = True
                 break
@@ -120,6 +129,7 @@ class Trainer:
             if self.log is not None:
                 self.log(self.step, metrics)
             self.maybe_checkpoint()
+        self.wait_for_checkpoint()
         return losses
 
     def train_step(self) -> dict[str, float]:
@@ -213,11 +223,26 @@ class Trainer:
             self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
-        """Checkpoint the current step (a no-op without a checkpointer)."""
+        """Checkpoint the current step (a no-op without a checkpointer). With
+        `checkpoint_async` it returns once the state is copied, the save still in flight;
+        otherwise once the checkpoint is complete."""
         if self.checkpointer is None:
             return
+        self.wait_for_checkpoint()  # the previous save first, so that it counts as saved
         self.checkpointer.save(self.step, self.checkpoint_state())
-        self.last_checkpoint_step = self.step
+        self.checkpoint_in_flight = self.step
+        if not self.config.checkpoint_async:
+            self.wait_for_checkpoint()
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the save in flight, if any, is complete (an async one: registered);
+        then it is `last_checkpoint_step`. Raises if it failed, leaving
+        `last_checkpoint_step` at the checkpoint before."""
+        if self.checkpointer is None or self.checkpoint_in_flight is None:
+            return
+        step, self.checkpoint_in_flight = self.checkpoint_in_flight, None
+        self.checkpointer.wait()
+        self.last_checkpoint_step = step
 
     def _examples(self, indices: Sequence[int]) -> list[Example]:
         return [example for i in indices for example in self.items[i]]

@@ -403,14 +403,23 @@ def teardown_torch() -> None:
 class RunCheckpointer:
     """The trainer's `Checkpointer` on the run SDK: DCP files, digest-checked on load,
     registered with `meta` once complete, resumed from CRUCIBLE_RESUME_FROM or the run's
-    latest checkpoint."""
+    latest checkpoint.
 
-    def __init__(self, run: "Run", meta: dict[str, Any]) -> None:
+    With `async_save` (`config.train.checkpoint_async`) `save` returns once the state is
+    copied to host memory; the SDK writes and registers the checkpoint in the background
+    and `wait()` (or the next save, or `run.finish()`) blocks until it is registered.
+    """
+
+    def __init__(self, run: "Run", meta: dict[str, Any], *, async_save: bool = False) -> None:
         self.run = run
         self.meta = meta
+        self.async_save = async_save
 
     def save(self, step: int, state: Mapping[str, "Stateful"]) -> None:
-        self.run.save_checkpoint(step, state, meta=self.meta)
+        self.run.save_checkpoint(step, state, meta=self.meta, async_save=self.async_save)
+
+    def wait(self) -> None:
+        self.run.wait_for_checkpoint()
 
     def load(self, state: Mapping[str, "Stateful"]) -> int | None:
         return self.run.load_checkpoint(state)

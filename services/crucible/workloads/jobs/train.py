@@ -1,9 +1,10 @@
 """`python -m crucible.workloads.train`: SFT or RL on the run's input datasets.
 
 Checkpoints go through the SDK (DCP, registered with the model and task config in `meta`)
-every `spec.checkpoints.everySteps` and at the end; an attempt resumes exactly from
-CRUCIBLE_RESUME_FROM or the run's latest checkpoint; SIGTERM saves the current step and
-exits 143.
+every `spec.checkpoints.everySteps` and at the end, in the background with
+`config.train.checkpoint_async`; an attempt resumes exactly from CRUCIBLE_RESUME_FROM or the
+run's latest checkpoint; SIGTERM saves the current step (or waits for its save in flight)
+and exits 143.
 """
 
 import logging
@@ -108,7 +109,7 @@ def train() -> None:
         config,
         model_config,
         records,
-        checkpointer=RunCheckpointer(run, meta),
+        checkpointer=RunCheckpointer(run, meta, async_save=config.checkpoint_async),
         init_model_state=init_state,
         log=log_step,
         device=torch_setup.device,
