@@ -99,6 +99,8 @@ def rollout_job() -> None:
             "spec.policy is a checkpoint but CRUCIBLE_INPUTS names none to sample from"
         )
 
+    import torch
+
     import crucible
     from crucible.workloads.rollout import rollout, write_trajectories
     from crucible.workloads.tokenizer import ByteTokenizer
@@ -110,6 +112,10 @@ def rollout_job() -> None:
     model, record = load_model(
         run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
     )
+    if torch_setup.device.type == "cuda":
+        # Sample in bf16, as the trainer's autocast computes the same logprobs and as the
+        # generator was measured (benchmarks/gpu/README.md); the CPU keeps float32.
+        model = model.to(torch.bfloat16)
     limit = env.config.rollout_num_prompts
     if env.inputs.datasets:
         records = read_records(run, env.inputs.datasets[:1])
