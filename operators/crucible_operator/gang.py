@@ -10,6 +10,7 @@ both count the same GPUs). The scheduler then binds them; when it cannot (someth
 check does not model, such as affinity), its reason is surfaced on the run.
 """
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -72,16 +73,41 @@ def eligible(node: NodeFacts, gang: Gang) -> bool:
     )
 
 
-def _place(free: list[_Free], demand: Demand, count: int) -> int:
-    """Place up to `count` pods, tightest node first (leaves big holes for big gangs)."""
-    placed = 0
-    for _ in range(count):
-        candidates = [f for f in free if f.gpus >= demand.gpus]
-        candidates.sort(key=lambda f: (f.gpus, f.cpu, f.name))
-        if not any(f.take(demand) for f in candidates):
-            break
-        placed += 1
-    return placed
+class _FreeNodes:
+    """The eligible nodes' free capacity, kept sorted tightest first by (GPUs, CPU, name),
+    so that placing a pod is a binary search to the first node with enough GPUs, not a
+    sort of every node: `fit` places every reserved pod cluster-wide before the gang, and
+    with 1,000 nodes and hundreds of released pods a sort per pod took the operator's whole
+    CPU (benchmarks/results/scheduling_vs_kubeflow.json)."""
+
+    def __init__(self, free: Iterable[_Free]) -> None:
+        self.order = sorted(free, key=_tightness)
+        self.keys = [_tightness(f) for f in self.order]
+
+    def most_gpus(self) -> int:
+        return self.order[-1].gpus if self.order else 0
+
+    def place(self, demand: Demand, count: int) -> int:
+        """Place up to `count` pods, each on the tightest node it fits (leaves big holes for
+        big gangs); how many were placed."""
+        for placed in range(count):
+            start = bisect_left(self.keys, (demand.gpus,))
+            for index in range(start, len(self.order)):
+                node = self.order[index]
+                if node.take(demand):
+                    del self.order[index], self.keys[index]
+                    key = _tightness(node)
+                    at = bisect_left(self.keys, key)
+                    self.keys.insert(at, key)
+                    self.order.insert(at, node)
+                    break
+            else:
+                return placed
+        return count
+
+
+def _tightness(free: _Free) -> tuple[int, float, str]:
+    return (free.gpus, free.cpu, free.name)
 
 
 def fit(
@@ -107,10 +133,11 @@ def fit(
                 else float("inf"),
             )
         )
+    nodes_free = _FreeNodes(free)
     for demand in reserved:
-        _place(free, demand, 1)
-    best = max((f.gpus for f in free), default=0)  # before this gang takes any
-    placed = _place(free, gang.demand, gang.size)
+        nodes_free.place(demand, 1)
+    best = nodes_free.most_gpus()  # before this gang takes any
+    placed = nodes_free.place(gang.demand, gang.size)
     if placed == gang.size:
         return Placement(True, f"all {gang.size} pods fit")
     return Placement(

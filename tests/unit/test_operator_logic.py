@@ -2,6 +2,7 @@
 (gang.fit), what the pods look like (pods.build_pods) and how conditions move
 (status.merge_conditions). The cluster-facing behaviour is tested in tests/k8s."""
 
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -192,6 +193,59 @@ def test_small_pods_pack_tightly_to_leave_room_for_big_ones() -> None:
     # Two 2-GPU pods go to the 4-GPU node, leaving all of "a" for a later 8-GPU pod.
     assert gang.fit(gang_of(2, 2), nodes, {}, []).fits
     assert gang.fit(gang_of(1, 8), nodes, {}, [Demand(gpus=2), Demand(gpus=2)]).fits
+
+
+def _fit_by_sorting(want: gang.Gang, nodes: list[NodeFacts], bound, reserved) -> tuple[bool, int]:
+    """The placement rule written plainly, as the specification `gang.fit` must match:
+    every pod (reserved ones first, then the gang's) goes to the first node that takes it
+    among those with enough GPUs, sorted by (free GPUs, free CPU, name)."""
+    free = {}
+    for n in nodes:
+        if gang.eligible(n, want):
+            used = bound.get(n.name, Demand())
+            free[n.name] = [
+                n.allocatable.gpus - used.gpus,
+                n.allocatable.cpu - used.cpu,
+                n.allocatable.memory - used.memory,
+            ]
+
+    def place(demand: Demand) -> bool:
+        order = sorted((f[0], f[1], name) for name, f in free.items() if f[0] >= demand.gpus)
+        for _, _, name in order:
+            f = free[name]
+            if f[1] >= demand.cpu and f[2] >= demand.memory:
+                f[0] -= demand.gpus
+                f[1] -= demand.cpu
+                f[2] -= demand.memory
+                return True
+        return False
+
+    for demand in reserved:
+        place(demand)
+    placed = 0
+    while placed < want.size and place(want.demand):
+        placed += 1
+    return placed == want.size, placed
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_placement_matches_the_plain_rule_on_random_clusters(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = [
+        node(f"n{i:03d}", gpus=rng.choice([4, 8]), ready=rng.random() > 0.05)
+        for i in range(rng.randint(1, 60))
+    ]
+    bound = {
+        n.name: Demand(gpus=rng.randint(0, n.allocatable.gpus), cpu=rng.choice([0, 8, 60]))
+        for n in nodes
+        if rng.random() < 0.5
+    }
+    reserved = [Demand(gpus=rng.choice([1, 2, 4, 8]), cpu=rng.choice([0, 4])) for _ in range(30)]
+    want = gang.Gang(rng.randint(1, 8), Demand(gpus=rng.choice([1, 2, 4, 8]), cpu=2), {}, TOLERATE_GPU)
+    fits, placed = _fit_by_sorting(want, nodes, bound, reserved)
+    placement = gang.fit(want, nodes, bound, reserved)
+    assert placement.fits == fits
+    assert placement.fits or f"only {placed} fit now" in placement.message
 
 
 def body(kind: str = "TrainingRun", **spec: Any) -> dict[str, Any]:
