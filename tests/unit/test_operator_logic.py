@@ -241,7 +241,9 @@ def test_placement_matches_the_plain_rule_on_random_clusters(seed: int) -> None:
         if rng.random() < 0.5
     }
     reserved = [Demand(gpus=rng.choice([1, 2, 4, 8]), cpu=rng.choice([0, 4])) for _ in range(30)]
-    want = gang.Gang(rng.randint(1, 8), Demand(gpus=rng.choice([1, 2, 4, 8]), cpu=2), {}, TOLERATE_GPU)
+    want = gang.Gang(
+        rng.randint(1, 8), Demand(gpus=rng.choice([1, 2, 4, 8]), cpu=2), {}, TOLERATE_GPU
+    )
     fits, placed = _fit_by_sorting(want, nodes, bound, reserved)
     placement = gang.fit(want, nodes, bound, reserved)
     assert placement.fits == fits
