@@ -35,10 +35,12 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +76,83 @@ PRIVATE_CLUSTER = {
     "CRUCIBLE_SCHEDULER_PORT": "26259",
     "CRUCIBLE_KWOK_PORT": "26247",
     "CRUCIBLE_CLUSTER_START_TIMEOUT": "900",  # 1,000 nodes on 2 busy cores take minutes
+    # Node heartbeats that 2 shared cores can keep up with at 1,000 nodes: kwok renews a
+    # Lease every quarter of its duration, so 40 s (the default) is ~100 writes/s, which
+    # fell behind (366 of 1,000 nodes NotReady); 300 s is ~13/s, with more renewals in
+    # flight, and kube-controller-manager waits 6 min for a Lease to move.
+    "CRUCIBLE_KWOK_NODE_LEASE_SECONDS": "300",
+    "CRUCIBLE_KWOK_NODE_LEASE_PARALLELISM": "64",
+    "CRUCIBLE_NODE_MONITOR_GRACE_PERIOD": "6m",
 }
+HEARTBEAT_SETTINGS = (
+    "CRUCIBLE_KWOK_NODE_LEASE_SECONDS",
+    "CRUCIBLE_KWOK_NODE_LEASE_PARALLELISM",
+    "CRUCIBLE_NODE_MONITOR_GRACE_PERIOD",
+)
 CRUCIBLE, KUBEFLOW = "crucible", "kubeflow"
 PyTorchJob = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
 
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def nodes_not_ready() -> tuple[int, int] | None:
+    """(fake nodes whose Ready condition is not True, fake nodes), or None if the
+    apiserver did not answer."""
+    try:
+        out = h.kubectl(
+            "get",
+            "nodes",
+            "-l",
+            "crucible.dev/fake-node=true",
+            "-o",
+            'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}',
+            timeout=60,
+        )
+    except (subprocess.TimeoutExpired, h.KubectlError):
+        return None
+    statuses = out.split()
+    return sum(s != "True" for s in statuses), len(statuses)
+
+
+class ReadinessSampler:
+    """Counts NotReady fake nodes every `every` seconds in a thread while a measurement
+    runs (kwok failing to renew node heartbeats under load shows here)."""
+
+    def __init__(self, every: float = 30) -> None:
+        self.every = every
+        self.samples: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            sample = nodes_not_ready()
+            if sample is not None:
+                self.samples.append(sample)
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> ReadinessSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+        sample = nodes_not_ready()  # once more at the end
+        if sample is not None:
+            self.samples.append(sample)
+
+    def summary(self) -> dict[str, Any]:
+        counts = [s[0] for s in self.samples]
+        return {
+            "nodes_not_ready_max": max(counts) if counts else None,
+            "nodes_not_ready_samples": counts,
+            "nodes_seen": max((s[1] for s in self.samples), default=None),
+            "node_sample_every_s": self.every,
+        }
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -244,7 +316,9 @@ async def measure_scale(
     workers: int,
     gpus: int,
     concurrency: int,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
+    """`deadline` (time.time()): stop waiting then and record how far it got."""
     client = AsyncClient(namespace=namespace, timeout=httpx2.Timeout(300))
     watch = PodWatch(namespace)
     await watch.start(client)
@@ -265,7 +339,16 @@ async def measure_scale(
     await create_all(client, manifests, namespace, concurrency)
     applied = time.monotonic() - started
     want = n * pods_per_job
-    await wait_until(lambda: len(timed(watch.running)) >= want, 3600, f"{want} pods Running")
+    wait = 3600.0 if deadline is None else max(0.0, min(3600.0, deadline - time.time()))
+    complete = True
+    with ReadinessSampler() as readiness:
+        try:
+            await wait_until(
+                lambda: len(timed(watch.running)) >= want, wait, f"{want} pods Running"
+            )
+        except TimeoutError:
+            complete = False
+    cut_off = time.monotonic() - started
     created, run = timed(watch.created), timed(watch.running)
     cpu = meter.cpu_seconds() - cpu_before
     extra = system.extra_cpu() - extra_before
@@ -275,15 +358,24 @@ async def measure_scale(
         "jobs": n,
         "pods": want,
         "apply_seconds": round(applied, 2),
-        "all_pods_created_s": round(max(created) - started, 2),
-        "all_pods_running_s": round(max(run) - started, 2),
-        "pods_running_per_s": round(want / (max(run) - started), 1),
+        "all_pods_created_s": round(max(created) - started, 2) if len(created) >= want else None,
+        "all_pods_running_s": round(max(run) - started, 2) if complete else None,
+        "pods_running_per_s": round(len(run) / (max(run) - started if complete else cut_off), 1)
+        if run
+        else 0.0,
         "operator_cpu_seconds": round(cpu, 1),
         "operator_rss_after_warmup_mib": rss_before,
         "operator_peak_rss_mib": meter.peak_rss_mib(),
         "load_before": load_before,
         "load_after": load(),
+        **readiness.summary(),
     }
+    if not complete:  # cut off by --deadline: how far it got
+        result |= {
+            "cut_off_after_s": round(cut_off, 1),
+            "pods_created_at_cut_off": len(created),
+            "pods_running_at_cut_off": len(run),
+        }
     if system.name == CRUCIBLE:
         result["control_plane_cpu_seconds"] = round(extra, 1)
     return result
@@ -304,27 +396,45 @@ def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) ->
         "webhooks off",
         "operators": "one at a time, each started fresh per measurement",
         **kubeflow_versions(),
+        "cluster_heartbeats": {k: os.environ.get(k, "") for k in HEARTBEAT_SETTINGS},
         "note": args.note,
     }
     results: dict[str, list[dict[str, Any]]] = {CRUCIBLE: [], KUBEFLOW: []}
     earlier = RESULTS / "scheduling_vs_kubeflow.json"
-    if args.append and earlier.exists():
+    previous: dict[str, Any] | None = None
+    if earlier.exists():
         kept = orjson.loads(earlier.read_bytes())
-        results = {
-            CRUCIBLE: kept["results"]["crucible"]["runs"],
-            KUBEFLOW: kept["baseline"]["runs"],
-        }
-        config["note"] = " ".join(filter(None, [kept["config"].get("note"), args.note]))
+        if args.append:
+            results = {
+                CRUCIBLE: kept["results"]["crucible"]["runs"],
+                KUBEFLOW: kept["baseline"]["runs"],
+            }
+            config["note"] = " ".join(filter(None, [kept["config"].get("note"), args.note]))
+            previous = kept.get("previous")
+        else:  # the last document, kept for comparison (its own `previous` dropped)
+            previous = {k: v for k, v in kept.items() if k not in ("name", "previous")}
     for n in args.sizes:
         need = (n + 1) * (1 + args.workers) * args.gpus_per_pod
         if need > args.nodes * GPUS_PER_NODE:
             raise SystemExit(f"N={n} needs {need} GPUs; {args.nodes} nodes have {args.nodes * 8}")
     pairs = [n for n in args.sizes for _ in range(args.repeats)]
+    deadline = parse_deadline(args.deadline)
+    appended_to = len(results[CRUCIBLE])  # (results grow in the loop)
     for index, n in enumerate(pairs):
-        repeat = pairs[:index].count(n) + 1 + sum(r["jobs"] == n for r in results[CRUCIBLE])
-        # alternate who goes first, continuing from the measurements appended to
-        order = systems if (index + len(results[CRUCIBLE])) % 2 == 0 else systems[::-1]
+        # alternate who goes first, continuing from the measurements appended to, or from
+        # --first in this invocation
+        if args.first:
+            first = systems if args.first == CRUCIBLE else systems[::-1]
+            order = first if index % 2 == 0 else first[::-1]
+        else:
+            order = systems if (index + appended_to) % 2 == 0 else systems[::-1]
         for system in order:
+            if args.only and system.name != args.only:
+                continue
+            repeat = 1 + sum(r["jobs"] == n for r in results[system.name])
+            if deadline is not None and time.time() > deadline:
+                print(f"[bench] past --deadline: {system.name} N={n} not measured", file=sys.stderr)
+                continue
             namespace = h.create_namespace(f"s-{system.name[:2]}-{n}")
             with running(system, namespace) as meter:
                 print(f"[bench] {system.name} N={n} repeat {repeat}", file=sys.stderr)
@@ -337,18 +447,32 @@ def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) ->
                         args.workers,
                         args.gpus_per_pod,
                         args.concurrency,
+                        deadline,
                     )
                 )
                 # written before the clean-up, which may fail on a saturated apiserver
                 print(f"[bench] {system.name}: {result}", file=sys.stderr)
                 results[system.name].append(result | {"repeat": repeat})
-                write_scale(config, results)
-                plot_scale(results)
+                write_scale(config, results, previous)
+                plot_scale(results, previous, args.nodes)
+
+
+def parse_deadline(text: str | None) -> float | None:
+    """HH:MM (UTC, today) -> time.time() value."""
+    if not text:
+        return None
+    hours, minutes = (int(x) for x in text.split(":"))
+    now = datetime.now(UTC)
+    return now.replace(hour=hours, minute=minutes, second=0, microsecond=0).timestamp()
 
 
 def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
-    at = [r for r in runs if r["jobs"] == n]
+    """Medians over the complete measurements (those cut off counted apart)."""
+    at = [r for r in runs if r["jobs"] == n and r.get("all_pods_running_s") is not None]
     out: dict[str, Any] = {"measurements": len(at)}
+    cut = sum(r["jobs"] == n and r.get("all_pods_running_s") is None for r in runs)
+    if cut:
+        out["cut_off"] = cut  # (the 3,600 s limit or --deadline)
     for key in (
         "all_pods_created_s",
         "all_pods_running_s",
@@ -356,6 +480,9 @@ def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
         "operator_peak_rss_mib",
     ):
         values = [r[key] for r in at]
+        if not values:
+            out[key] = None
+            continue
         out[key] = {
             "median": round(statistics.median(values), 2),
             "min": min(values),
@@ -364,7 +491,11 @@ def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
     return out
 
 
-def write_scale(config: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> None:
+def write_scale(
+    config: dict[str, Any],
+    results: dict[str, list[dict[str, Any]]],
+    previous: dict[str, Any] | None = None,
+) -> None:
     sizes = sorted({r["jobs"] for r in results[CRUCIBLE]} & {r["jobs"] for r in results[KUBEFLOW]})
     summary = {s: {str(n): summarize(results[s], n) for n in sizes} for s in (CRUCIBLE, KUBEFLOW)}
     ratio = {
@@ -374,7 +505,8 @@ def write_scale(config: dict[str, Any], results: dict[str, list[dict[str, Any]]]
                 2,
             )
             for key in summary[CRUCIBLE][str(n)]
-            if key != "measurements"
+            if isinstance(summary[CRUCIBLE][str(n)][key], dict)
+            and isinstance(summary[KUBEFLOW][str(n)].get(key), dict)
         }
         for n in sizes
     }
@@ -387,10 +519,15 @@ def write_scale(config: dict[str, Any], results: dict[str, list[dict[str, Any]]]
             "definition": "Crucible's median / Kubeflow's median (< 1: Crucible lower)",
             **ratio,
         },
+        **({"previous": previous} if previous else {}),
     )
 
 
-def plot_scale(results: dict[str, list[dict[str, Any]]]) -> None:
+def plot_scale(
+    results: dict[str, list[dict[str, Any]]],
+    previous: dict[str, Any] | None = None,
+    nodes: int | None = None,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -401,22 +538,53 @@ def plot_scale(results: dict[str, list[dict[str, Any]]]) -> None:
         (CRUCIBLE, "Crucible operator"),
         (KUBEFLOW, "Kubeflow training-operator v1"),
     ):
-        sizes = sorted({r["jobs"] for r in results[system]})
+        complete = [r for r in results[system] if r.get("all_pods_running_s") is not None]
+        for r in results[system]:
+            if r.get("all_pods_running_s") is None and "cut_off_after_s" in r:
+                ax.plot(r["jobs"], r["cut_off_after_s"], marker="^", color="C3", markersize=9)
+                ax.annotate(
+                    f"{label.split()[0]}: cut off, {r['pods_running_at_cut_off']:,} of "
+                    f"{r['pods']:,} pods Running",
+                    (r["jobs"], r["cut_off_after_s"]),
+                    textcoords="offset points",
+                    xytext=(10, -3),
+                    ha="left",
+                    va="top",
+                    fontsize=8,
+                )
+        sizes = sorted({r["jobs"] for r in complete})
         if not sizes:
             continue
-        values = [
-            [r["all_pods_running_s"] for r in results[system] if r["jobs"] == n] for n in sizes
-        ]
+        values = [[r["all_pods_running_s"] for r in complete if r["jobs"] == n] for n in sizes]
         medians = [statistics.median(v) for v in values]
         low = [m - min(v) for m, v in zip(medians, values, strict=True)]
         high = [max(v) - m for m, v in zip(medians, values, strict=True)]
-        ax.errorbar(sizes, medians, yerr=[low, high], marker="o", capsize=4, label=label)
+        line = ax.errorbar(sizes, medians, yerr=[low, high], marker="o", capsize=4, label=label)
+        if previous and previous.get("config", {}).get("nodes") != nodes:
+            runs = (
+                previous["results"]["crucible"]["runs"]
+                if system == CRUCIBLE
+                else previous["baseline"]["runs"]
+            )
+            old = sorted({r["jobs"] for r in runs})
+            old_values = [[r["all_pods_running_s"] for r in runs if r["jobs"] == n] for n in old]
+            ax.plot(
+                old,
+                [statistics.median(v) for v in old_values],
+                marker="x",
+                linestyle="none",
+                color=line.lines[0].get_color(),
+                label=f"{label.split()[0]}, {previous['config']['nodes']} nodes (earlier)",
+            )
     ax.set_ylim(bottom=0)
+    ax.margins(y=0.12)
     ax.set_xlabel("jobs applied at once (N)")
     ax.set_ylabel("apply -> all pods Running (s)")
-    ax.set_title("Time to all pods Running (median, min-max)")
+    ax.set_title(
+        "Time to all pods Running (median, min-max)" + (f", {nodes:,} kwok nodes" if nodes else "")
+    )
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="center left", fontsize=8)
     fig.tight_layout()
     fig.savefig(RESULTS / "scheduling_vs_kubeflow.png", dpi=120)
 
@@ -600,6 +768,22 @@ def main() -> None:
         "--append", action="store_true", help="scale: add to the measurements in the JSON"
     )
     parser.add_argument("--note", default="", help="recorded in config (e.g. why scaled down)")
+    parser.add_argument(
+        "--first",
+        choices=[CRUCIBLE, KUBEFLOW],
+        help="scale: who goes first in this invocation's first pair (then alternating)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=[CRUCIBLE, KUBEFLOW],
+        help="scale: measure one system only (with --append, to order a long session)",
+    )
+    parser.add_argument(
+        "--deadline",
+        metavar="HH:MM",
+        help="scale: UTC; stop waiting then (the measurement is recorded as cut off, with "
+        "how many pods were Running) and start no measurement after it",
+    )
     args = parser.parse_args()
     for key, value in PRIVATE_CLUSTER.items():
         os.environ.setdefault(key, value)
