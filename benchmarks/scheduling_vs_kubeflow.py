@@ -452,6 +452,8 @@ def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) ->
                 )
                 # written before the clean-up, which may fail on a saturated apiserver
                 print(f"[bench] {system.name}: {result}", file=sys.stderr)
+                if system.name == CRUCIBLE:
+                    result["operator_code"] = operator_code()
                 results[system.name].append(result | {"repeat": repeat})
                 write_scale(config, results, previous)
                 plot_scale(results, previous, args.nodes)
@@ -464,6 +466,31 @@ def parse_deadline(text: str | None) -> float | None:
     hours, minutes = (int(x) for x in text.split(":"))
     now = datetime.now(UTC)
     return now.replace(hour=hours, minute=minutes, second=0, microsecond=0).timestamp()
+
+
+def operator_code() -> str:
+    """The last commit that changed the operator (its own code or the control-plane client it
+    calls), with "+changes" when the working tree differs there: measurements of different
+    operator code are not pooled."""
+    paths = ["operators/", "services/crucible/client/"]
+    commit = subprocess.run(
+        ["git", "log", "-1", "--format=%h", "--", *paths],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *paths], cwd=REPO).returncode
+    return commit + ("+changes" if dirty else "")
+
+
+def current(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measurements of the newest operator code among `runs` (earlier ones stay in the
+    file, for the record, but are not pooled into its medians or plotted)."""
+    if not runs or "operator_code" not in runs[-1]:
+        return runs
+    newest = runs[-1]["operator_code"]
+    return [r for r in runs if r.get("operator_code") == newest]
 
 
 def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
@@ -496,8 +523,9 @@ def write_scale(
     results: dict[str, list[dict[str, Any]]],
     previous: dict[str, Any] | None = None,
 ) -> None:
-    sizes = sorted({r["jobs"] for r in results[CRUCIBLE]} & {r["jobs"] for r in results[KUBEFLOW]})
-    summary = {s: {str(n): summarize(results[s], n) for n in sizes} for s in (CRUCIBLE, KUBEFLOW)}
+    pooled = {CRUCIBLE: current(results[CRUCIBLE]), KUBEFLOW: results[KUBEFLOW]}
+    sizes = sorted({r["jobs"] for r in pooled[CRUCIBLE]} & {r["jobs"] for r in pooled[KUBEFLOW]})
+    summary = {s: {str(n): summarize(pooled[s], n) for n in sizes} for s in (CRUCIBLE, KUBEFLOW)}
     ratio = {
         str(n): {
             key: round(
@@ -538,8 +566,20 @@ def plot_scale(
         (CRUCIBLE, "Crucible operator"),
         (KUBEFLOW, "Kubeflow training-operator v1"),
     ):
-        complete = [r for r in results[system] if r.get("all_pods_running_s") is not None]
+        runs = current(results[system]) if system == CRUCIBLE else results[system]
         for r in results[system]:
+            if r not in runs and r.get("all_pods_running_s") is not None:
+                ax.plot(r["jobs"], r["all_pods_running_s"], marker="x", color="0.6")
+                ax.annotate(
+                    f"before {runs[-1]['operator_code']}",
+                    (r["jobs"], r["all_pods_running_s"]),
+                    textcoords="offset points",
+                    xytext=(6, 2),
+                    fontsize=7,
+                    color="0.4",
+                )
+        complete = [r for r in runs if r.get("all_pods_running_s") is not None]
+        for r in runs:
             if r.get("all_pods_running_s") is None and "cut_off_after_s" in r:
                 ax.plot(r["jobs"], r["cut_off_after_s"], marker="^", color="C3", markersize=9)
                 ax.annotate(
