@@ -177,7 +177,11 @@ async def _one_pass(
 ) -> float | None:
     started = time.perf_counter()
     try:
-        return await Pass(ctx, body, tracked, lambda: _observe(ctx, indexes, uid)).run()
+
+        def observe(*, capacity: bool = False) -> Observed:
+            return _observe(ctx, indexes, uid, capacity=capacity)
+
+        return await Pass(ctx, body, tracked, observe).run()
     except Exception as exc:
         # The API restarting, a conflict, a timeout, a bug: the next pass starts from the
         # observed state again, so retrying is always safe, and a loop that died would
@@ -199,9 +203,14 @@ async def _one_pass(
         ctx.metrics.reconcile_seconds.labels(info.kind).observe(time.perf_counter() - started)
 
 
-def _observe(ctx: OperatorContext, indexes: "Indexes", uid: str) -> Observed:
+def _observe(
+    ctx: OperatorContext, indexes: "Indexes", uid: str, *, capacity: bool = False
+) -> Observed:
     crucible_pods, node_load, cluster_nodes = indexes
     mine = list(crucible_pods.get(uid, []))
+    nodes = {name: next(iter(store)) for name, store in cluster_nodes.items() if store}
+    if not capacity:
+        return Observed(pods=mine, nodes=nodes)
     bound: dict[str, Demand] = {}
     for node, demands in node_load.items():
         total = Demand()
@@ -221,7 +230,6 @@ def _observe(ctx: OperatorContext, indexes: "Indexes", uid: str) -> Observed:
     # Lifted gates the index has not caught up with yet: reserved as if unbound.
     for key in [k for k in ctx.released if k not in still_gated]:
         del ctx.released[key]
-    nodes = {name: next(iter(store)) for name, store in cluster_nodes.items() if store}
     return Observed(pods=mine, nodes=nodes, bound=bound, released=released)
 
 

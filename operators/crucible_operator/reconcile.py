@@ -19,10 +19,10 @@ The next move, by the run's phase in the control plane:
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 from lightkube import ApiError as KubeError
@@ -69,8 +69,14 @@ class Observed:
 
     pods: Sequence[PodFacts]  # this resource's pods, every attempt
     nodes: Mapping[str, NodeFacts]
-    bound: Mapping[str, Demand]  # per node, requests of its non-terminal pods
-    released: Iterable[Demand]  # pods ungated but not bound yet, cluster-wide
+    # Capacity in use, only when asked for (`observe(capacity=True)`): every node's and
+    # every pod's facts are walked for it, which only the gang check needs.
+    bound: Mapping[str, Demand] = field(default_factory=dict)  # per node, non-terminal pods
+    released: Iterable[Demand] = ()  # pods ungated but not bound yet, cluster-wide
+
+
+class Observe(Protocol):
+    def __call__(self, *, capacity: bool = False) -> Observed: ...
 
 
 class Pass:
@@ -79,7 +85,7 @@ class Pass:
         ctx: OperatorContext,
         owner: kopf.Body,
         tracked: Tracked,
-        observe: Callable[[], Observed],
+        observe: Observe,
     ) -> None:
         self.ctx = ctx
         self.owner = owner  # kopf's live view, for adopt() and events
@@ -293,7 +299,8 @@ class Pass:
         # coroutine at a time), so two gangs never count the same free GPUs; the gates
         # are lifted after, outside any lock, so gangs do not queue behind each other's
         # API calls.
-        self.seen = self.observe()  # as of now: other gangs may have moved meanwhile
+        # As of now (other gangs may have moved meanwhile), with the capacity in use.
+        self.seen = self.observe(capacity=True)
         placement = gang.fit(
             want,
             self.seen.nodes.values(),

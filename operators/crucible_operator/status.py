@@ -2,6 +2,7 @@
 phases and attempts) and what the operator sees of the attempt: one pure function, so a
 pass writes status once and only when something changed."""
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +29,16 @@ def _stamp(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def condition_reason(reason: str) -> str:
+    """`reason` as a Kubernetes condition reason, CamelCase (the CRD's pattern
+    `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`). The control plane's end reasons already are;
+    its attempt reasons ("node-lost", "failure-retry") are not, and the API server refuses a
+    whole status write for one such condition."""
+    words = re.split(r"[^A-Za-z0-9_,:]+", reason)
+    camel = "".join(word[:1].upper() + word[1:] for word in words).rstrip(",:")
+    return camel if camel[:1].isalpha() else "Unknown"
+
+
 def _status_word(value: bool | None) -> str:
     return "Unknown" if value is None else ("True" if value else "False")
 
@@ -49,7 +60,7 @@ def merge_conditions(
             {
                 "type": cond.type,
                 "status": word,
-                "reason": cond.reason or "Unknown",
+                "reason": condition_reason(cond.reason),
                 "message": cond.message[:32768],
                 "lastTransitionTime": _stamp(now)
                 if moved or before is None

@@ -283,6 +283,14 @@ def test_a_lost_node_moves_the_run_to_another_node(stack: Stack, ns: str) -> Non
         attempts = stack.get(f"/runs/{run['id']}/attempts")
         assert attempts[0]["end_reason"] == "NodeLost"
         assert attempts[1]["start_reason"] == "node-lost"
+        # The run's reason while the next attempt started ("node-lost") went into the
+        # resource's conditions CamelCase; the API server refused such status writes before.
+        refused = [
+            line
+            for line in stack.operator.log.read_text().splitlines()
+            if "nodeloss" in line and "is invalid" in line
+        ]
+        assert refused == []
     finally:
         h.kubectl("delete", "nodes", "-l", f"crucible.dev/test-pool={ns}", check=False)
 
@@ -384,11 +392,13 @@ def test_the_operator_killed_mid_reconcile_converges_without_duplicates_or_orpha
     tolerate = {"tolerations": [{"key": GPU, "operator": "Exists"}]}
     h.apply(*[training_run(f"r{i}", scheduling=tolerate) for i in range(count)], namespace=ns)
     stack.wait_for("the first pod", lambda: len(pods_of_namespace(ns)) >= 1)
+    stack.operator.kill()  # SIGKILL, mid-reconcile of the rest
+    # Counted after the kill (a dead operator writes no status): reading first would give a
+    # fast operator the time to finish before the kill.
     running_at_kill = [
         (r.get("status") or {}).get("phase")
         for r in h.kubectl_json("get", "tr", namespace=ns)["items"]
     ].count("Running")
-    stack.operator.kill()  # SIGKILL, mid-reconcile of the rest
     stack.operator.start()
 
     def converged() -> bool:

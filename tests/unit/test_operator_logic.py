@@ -3,13 +3,14 @@
 (status.merge_conditions). The cluster-facing behaviour is tested in tests/k8s."""
 
 import random
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from crucible.domain import reasons
-from crucible_operator import cluster_report, gang, naming, outcome, pods, status
+from crucible_operator import cluster_report, crds, gang, naming, outcome, pods, status
 from crucible_operator.facts import Demand, NodeFacts, PodFacts, Taint, Termination, quantity
 
 GPU_TAINT = Taint("nvidia.com/gpu", "", "NoSchedule")
@@ -351,6 +352,27 @@ def test_conditions_move_their_transition_time_only_when_their_status_changes() 
     moved = status.merge_conditions(same, [status.Condition("Ready", True, "Running")], 2, later)
     assert moved[0]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
     assert moved[0]["status"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("node-lost", "NodeLost"),  # attempt reasons, as recovery sets them on the run
+        ("failure-retry", "FailureRetry"),
+        ("preemption", "Preemption"),
+        ("NodeLost", "NodeLost"),
+        ("ExitCode:137", "ExitCode:137"),
+        ("", "Unknown"),
+        ("--", "Unknown"),
+        ("7-up", "Unknown"),
+    ],
+)
+def test_condition_reasons_are_what_the_crd_accepts(reason: str, expected: str) -> None:
+    pattern = crds._condition_schema()["properties"]["reason"]["pattern"]
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    (written,) = status.merge_conditions([], [status.Condition("Ready", False, reason)], 1, t0)
+    assert written["reason"] == expected
+    assert re.fullmatch(pattern, written["reason"])
 
 
 def test_quantities() -> None:
