@@ -6,14 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from lightkube import AsyncClient
 from lightkube.generic_resource import GenericNamespacedResource, create_namespaced_resource
 
 from crucible.client import CrucibleClient
 from crucible_operator import naming
-from crucible_operator.facts import Demand
+from crucible_operator.feed import RunChanges
+from crucible_operator.gang import Eligibility
+from crucible_operator.kube import BoundedKube
 from crucible_operator.metrics import OperatorMetrics
 from crucible_operator.pods import PodOptions
+from crucible_operator.reservations import Reservations
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -27,15 +29,17 @@ RESOURCES: dict[str, type[GenericNamespacedResource]] = {
 @dataclass
 class OperatorContext:
     api: CrucibleClient  # synchronous; called through `call` on a thread
-    kube: AsyncClient
+    kube: BoundedKube
     options: PodOptions
     metrics: OperatorMetrics
     projects: dict[str, str] = field(default_factory=dict)  # namespace -> project name
     token_secrets: set[str] = field(default_factory=set)  # namespaces whose Secret exists
     wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # run uid -> its loop
-    # Pods whose gate was lifted, until the pod index shows it: (namespace, name) -> demand.
-    released: dict[tuple[str, str], Demand] = field(default_factory=dict)
+    reservations: Reservations = field(default_factory=Reservations)
+    eligibility: Eligibility = field(default_factory=Eligibility)
     node_ready: dict[str, bool] = field(default_factory=dict)
+    generations: dict[str, int] = field(default_factory=dict)  # run uid -> spec seen
+    changes: RunChanges = field(default_factory=RunChanges)  # told by the event feed
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A control-plane call, off the event loop (the client is synchronous)."""

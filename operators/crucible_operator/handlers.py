@@ -6,6 +6,7 @@ here (never kopf's global one), so importing this module changes nothing by itse
 import asyncio
 import logging
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import httpx
@@ -106,8 +107,16 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
     resource = (naming.GROUP, naming.VERSION, info.plural)
 
     @kopf.on.event(*resource, registry=registry)
-    def changed(uid: str, memo: kopf.Memo, **_: Any) -> None:
-        memo_context(memo).wake(uid)
+    def changed(uid: str, meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
+        ctx = memo_context(memo)
+        if uid not in ctx.wakeups:
+            return
+        # A new spec or a deletion. Not the loop's own status writes, which come back as
+        # events too: waking on those doubled the passes.
+        generation = int(meta.get("generation") or 0)
+        if ctx.generations.get(uid) != generation or meta.get("deletionTimestamp"):
+            ctx.generations[uid] = generation
+            ctx.wake(uid)
 
     @kopf.daemon(
         *resource,
@@ -136,6 +145,10 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
                 await _sleep(wake, stopped, delay)
         finally:
             ctx.wakeups.pop(uid, None)
+            ctx.generations.pop(uid, None)
+            if tracked.run_id is not None:
+                ctx.changes.uids.pop(tracked.run_id, None)
+                ctx.changes.changed.discard(tracked.run_id)
 
     @kopf.on.delete(*resource, registry=registry, id=f"record-deletion-{info.plural}")
     async def record_deletion(status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
@@ -198,9 +211,29 @@ async def _one_pass(
             exc_info=not expected,
         )
         tracked.attempts_known = False
+        tracked.last_read = None  # the pass may have changed the run before it failed
         return RETRY_AFTER_ERROR
     finally:
         ctx.metrics.reconcile_seconds.labels(info.kind).observe(time.perf_counter() - started)
+
+
+class NodeView(Mapping[str, NodeFacts]):
+    """kopf's node index read as name -> facts in place: copying 1,000 nodes into a dict on
+    every pass was a tenth of the operator's event loop at N = 500."""
+
+    def __init__(self, index: kopf.Index[str, NodeFacts]) -> None:
+        self._index = index
+
+    def __getitem__(self, name: str) -> NodeFacts:
+        for facts in self._index.get(name, ()):
+            return facts
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, store in self._index.items() if store)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _observe(
@@ -208,7 +241,7 @@ def _observe(
 ) -> Observed:
     crucible_pods, node_load, cluster_nodes = indexes
     mine = list(crucible_pods.get(uid, []))
-    nodes = {name: next(iter(store)) for name, store in cluster_nodes.items() if store}
+    nodes = NodeView(cluster_nodes)
     if not capacity:
         return Observed(pods=mine, nodes=nodes)
     bound: dict[str, Demand] = {}
@@ -218,18 +251,16 @@ def _observe(
             total = Demand(total.gpus + d.gpus, total.cpu + d.cpu, total.memory + d.memory)
         bound[node] = total
     released = []
-    still_gated = set()
+    ungated = []
     for store in crucible_pods.values():
         for pod in store:
-            if pod.terminal:
-                continue
             if pod.gated:
-                still_gated.add((pod.namespace, pod.name))
-            elif pod.node is None:
+                continue
+            ungated.append((pod.namespace, pod.name))
+            if not pod.terminal and pod.node is None:
                 released.append(pod.demand)
-    # Lifted gates the index has not caught up with yet: reserved as if unbound.
-    for key in [k for k in ctx.released if k not in still_gated]:
-        del ctx.released[key]
+    # Placed pods the index shows ungated now count from the index itself.
+    ctx.reservations.settle(ungated)
     return Observed(pods=mine, nodes=nodes, bound=bound, released=released)
 
 

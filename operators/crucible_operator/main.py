@@ -16,7 +16,9 @@ from crucible.settings import Settings
 from crucible_operator import naming
 from crucible_operator.cluster_report import report_forever
 from crucible_operator.context import OperatorContext
+from crucible_operator.feed import EventFollower
 from crucible_operator.handlers import build_registry
+from crucible_operator.kube import BoundedKube
 from crucible_operator.metrics import OperatorMetrics
 from crucible_operator.pods import PodOptions
 
@@ -55,7 +57,7 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(config.workers))
         memo.context = OperatorContext(
             api=client,
-            kube=AsyncClient(field_manager=naming.FIELD_MANAGER),
+            kube=BoundedKube(AsyncClient(field_manager=naming.FIELD_MANAGER)),
             options=config.pod_options,
             metrics=metrics,
         )
@@ -63,10 +65,13 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
         memo.reporter = asyncio.create_task(
             report_forever(memo.context, kw["crucible_pods"], kw["node_load"], kw["cluster_nodes"])
         )
+        follower = EventFollower(client, memo.context.changes, memo.context.wake)
+        memo.follower = asyncio.create_task(follower.follow())
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: kopf.Memo, **_: Any) -> None:
         memo.reporter.cancel()
+        memo.follower.cancel()
         await memo.context.kube.close()
 
     client = CrucibleClient.from_settings(settings)

@@ -19,6 +19,7 @@ The next move, by the run's phase in the control plane:
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,8 +45,14 @@ log = logging.getLogger(__name__)
 # Seconds until the next pass when nothing wakes the loop sooner (pod events do).
 POLL_WAITING = 2.0  # on the control plane: inputs, backoff, recovery deciding
 POLL_CLUSTER = 10.0  # on the cluster, whose events wake the loop: a rare safety net
-POLL_RUNNING = 10.0  # cancel / preempt requests arrive through the API
+POLL_RUNNING = 10.0  # cancel / preempt requests arrive through the API (and its feed)
 POLL_SOON = 0.5
+# A pass reuses the last answer about its run instead of asking again while the event feed
+# (feed.py) has not marked the run changed and the answer is younger than this; without a
+# working feed, younger than RUN_FRESH_SECONDS (the passes a burst of pod events causes
+# then need one read, not one each, and API changes are seen at most that much later).
+FEED_TRUSTED_SECONDS = 60.0
+RUN_FRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -61,6 +68,7 @@ class Tracked:
     scheduled: Condition | None = None
     last_phase: str = ""
     latest_step: int | None = None
+    last_read: tuple[RunPublic, float] | None = None  # the last answer, at time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,8 @@ class Pass:
         self.latest: RunPublic | None = None  # the run as the last answer showed it
         self.stale = False  # something changed it that no answer showed
         self.latest_checkpoint: dict[str, Any] | None = None
+        self.read_at = time.monotonic()  # when the control plane last answered about the run
+        self.reused = False  # this pass reuses an earlier pass's answer (nothing changed)
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -117,8 +127,9 @@ class Pass:
         # Every report answers with the run as it now is; re-read only what changed elsewhere.
         run = self.latest
         if self.stale:
-            run = await self.ctx.call(self.ctx.api.get_run, run.id)
+            run = await self._read(run.id)
         await self._write_status(run)
+        self.tracked.last_read = (run, self.read_at)
         return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
 
     async def _step(self, run: RunPublic) -> float | None:
@@ -141,9 +152,14 @@ class Pass:
 
     async def _registered(self) -> RunPublic | None:
         run_id = self.tracked.run_id or (self.body.get("status") or {}).get("runId")
+        last = self.tracked.last_read
+        if last is not None and self._still_current(last[1]):
+            self.read_at = last[1]
+            self.reused = True
+            return last[0]
         if run_id:
             try:
-                run: RunPublic = await self.ctx.call(self.ctx.api.get_run, int(run_id))
+                run: RunPublic = await self._read(int(run_id))
             except ApiError as exc:
                 if exc.status != 404:
                     raise
@@ -153,7 +169,7 @@ class Pass:
                     "run %s of %s is unknown to the control plane", run_id, self.meta["name"]
                 )
             else:
-                self.tracked.run_id = run.id
+                self._learn(run)
                 return run
         try:
             run = await registration.register(self.ctx, self.body)
@@ -175,9 +191,26 @@ class Pass:
             self._emit("Warning", reasons.REASON_INVALID_SPEC, str(exc))
             self._flush_events()
             return None
-        self.tracked.run_id = run.id
+        self._learn(run)
         self._emit("Normal", "Registered", f"run {run.id} in the control plane")
         return run
+
+    def _still_current(self, read_at: float) -> bool:
+        run_id = self.tracked.run_id
+        if run_id is None or run_id in self.ctx.changes.changed:
+            return False
+        trusted = FEED_TRUSTED_SECONDS if self.ctx.changes.healthy() else RUN_FRESH_SECONDS
+        return time.monotonic() - read_at < trusted
+
+    async def _read(self, run_id: int) -> RunPublic:
+        self.ctx.changes.changed.discard(run_id)  # a change from now on marks it again
+        run: RunPublic = await self.ctx.call(self.ctx.api.get_run, run_id)
+        self.read_at = time.monotonic()
+        return run
+
+    def _learn(self, run: RunPublic) -> None:
+        self.tracked.run_id = run.id
+        self.ctx.changes.uids[run.id] = self.meta["uid"]
 
     async def _load_attempts(self, run: RunPublic) -> None:
         attempts = (
@@ -244,7 +277,7 @@ class Pass:
     async def _during_attempt(self, run: RunPublic, number: int) -> float | None:
         mine = self._attempt_pods()
         expected = pods.shape(self.kind, self.spec).pods
-        if self.tracked.stopping is None and run.phase is Phase.Running:
+        if self.tracked.stopping is None and run.phase is Phase.Running and not self.reused:
             await self._check_preempt_requests(run, number, mine)
         if self.tracked.stopping is None:
             if not self.tracked.started and len(mine) < expected:
@@ -278,11 +311,39 @@ class Pass:
         return POLL_CLUSTER  # starting: bound, containers not all running yet
 
     async def _release_gang(self, run: RunPublic, mine: Sequence[PodFacts], expected: int) -> float:
+        gated = [pod for pod in mine if pod.gated]
         sample = pods.build_pods(
             self.body, self.kind, pods.Attempt(run.id, 0, None, None), self.ctx.options
         )[0]["spec"]
+        placement = self._place(expected, sample)
+        if placement.fits:
+            for pod in gated:
+                self.ctx.reservations.hold((pod.namespace, pod.name), pod.demand)
+            try:
+                await asyncio.gather(*(self._lift_gate(pod) for pod in gated))
+            except Exception:
+                for pod in gated:
+                    self.ctx.reservations.drop((pod.namespace, pod.name))
+                raise
+            self.tracked.scheduled = Condition(
+                reasons.CONDITION_SCHEDULED, None, "GangReleased", placement.message
+            )
+            return POLL_SOON
+        self.tracked.scheduled = Condition(
+            reasons.CONDITION_SCHEDULED, False, reasons.REASON_UNSCHEDULABLE, placement.message
+        )
+        if run.reason != reasons.REASON_UNSCHEDULABLE:
+            self._emit("Warning", reasons.REASON_UNSCHEDULABLE, placement.message)
+        await self._report(run, Phase.Scheduling, reasons.REASON_UNSCHEDULABLE, placement.message)
+        return POLL_CLUSTER  # freed capacity wakes gated runs (handlers.pod_changed)
+
+    def _place(self, size: int, sample: Mapping[str, Any]) -> gang.Placement:
+        """Does a gang of `size` pods like `sample` (a pod spec) fit now, after every pod
+        bound or placed before it? A caller that acts on a fit reserves the pods before its first
+        await (the event loop runs one coroutine at a time, so no other gang is checked in
+        between and two never count the same free GPUs)."""
         want = gang.Gang(
-            size=expected,
+            size=size,
             demand=_demand_of(sample),
             node_selector=(self.spec.get("scheduling") or {}).get("nodeSelector") or {},
             tolerations=[
@@ -295,40 +356,14 @@ class Pass:
                 for t in sample.get("tolerations") or []
             ],
         )
-        # Check and reserve in one step (no await in between: the event loop runs one
-        # coroutine at a time), so two gangs never count the same free GPUs; the gates
-        # are lifted after, outside any lock, so gangs do not queue behind each other's
-        # API calls.
-        # As of now (other gangs may have moved meanwhile), with the capacity in use.
         self.seen = self.observe(capacity=True)
-        placement = gang.fit(
+        return gang.fit(
             want,
             self.seen.nodes.values(),
             self.seen.bound,
-            [*self.seen.released, *self.ctx.released.values()],
+            [*self.seen.released, *self.ctx.reservations.demands()],
+            self.ctx.eligibility,
         )
-        gated = [pod for pod in mine if pod.gated]
-        if placement.fits:
-            for pod in gated:
-                self.ctx.released[(pod.namespace, pod.name)] = pod.demand
-            try:
-                await asyncio.gather(*(self._lift_gate(pod) for pod in gated))
-            except Exception:
-                for pod in gated:
-                    self.ctx.released.pop((pod.namespace, pod.name), None)
-                raise
-        if placement.fits:
-            self.tracked.scheduled = Condition(
-                reasons.CONDITION_SCHEDULED, None, "GangReleased", placement.message
-            )
-            return POLL_SOON
-        self.tracked.scheduled = Condition(
-            reasons.CONDITION_SCHEDULED, False, reasons.REASON_UNSCHEDULABLE, placement.message
-        )
-        if run.reason != reasons.REASON_UNSCHEDULABLE:
-            self._emit("Warning", reasons.REASON_UNSCHEDULABLE, placement.message)
-        await self._report(run, Phase.Scheduling, reasons.REASON_UNSCHEDULABLE, placement.message)
-        return POLL_CLUSTER  # freed capacity wakes gated runs (handlers.pod_changed)
 
     async def _lift_gate(self, pod: PodFacts) -> None:
         await self.ctx.kube.patch(
@@ -429,12 +464,37 @@ class Pass:
             kopf.adopt(service, owner=self.owner)
             await self._create(service)
         existing = {p.name for p in self.seen.pods}
+        missing = [pod for pod in built if pod["metadata"]["name"] not in existing]
+        placed = self._place_now(built) if len(missing) == len(built) else []
+        try:
+            for pod in missing:
+                kopf.adopt(pod, owner=self.owner)
+                if await self._create(pod):
+                    self.ctx.metrics.pods_created.labels(self.kind).inc()
+        except Exception:
+            for key in placed:
+                self.ctx.reservations.drop(key)
+            raise
+
+    def _place_now(self, built: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+        """A new gang that fits already is created without its gate (reserved as placed),
+        saving the gated pods' round trip: create, wait for the index, lift each gate.
+        Returns the reserved pods' keys; none when it does not fit (created gated, then)."""
+        if not all(pod["spec"].get("schedulingGates") for pod in built):
+            return []  # admitted by Kueue, not by our gate
+        placement = self._place(len(built), built[0]["spec"])
+        if not placement.fits:
+            return []
+        keys = []
         for pod in built:
-            if pod["metadata"]["name"] in existing:
-                continue
-            kopf.adopt(pod, owner=self.owner)
-            if await self._create(pod):
-                self.ctx.metrics.pods_created.labels(self.kind).inc()
+            del pod["spec"]["schedulingGates"]
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self.ctx.reservations.hold(key, _demand_of(pod["spec"]))
+            keys.append(key)
+        self.tracked.scheduled = Condition(
+            reasons.CONDITION_SCHEDULED, None, "GangReleased", placement.message
+        )
+        return keys
 
     async def _create(self, obj: dict[str, Any]) -> bool:
         try:
@@ -476,6 +536,7 @@ class Pass:
                 run.id,
                 PhaseReport(phase=phase, reason=reason, message=message[:4000]),
             )
+            self.read_at = time.monotonic()
         except ApiError as exc:
             if exc.status != 409:
                 raise

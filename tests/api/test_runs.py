@@ -2,7 +2,7 @@
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import make_project, submit, training_run
+from tests.conftest import bearer, make_project, make_token, submit, training_run
 
 
 def test_submit_creates_run_and_experiment_and_is_idempotent(admin: TestClient) -> None:
@@ -111,3 +111,41 @@ def test_bad_query_values_are_422_at_their_query_path(admin: TestClient) -> None
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["query", "tag"]
     assert response.json()["detail"][0]["input"] == "no-equals-sign"
+
+
+def test_the_event_feed_follows_every_visible_run_from_now_on(
+    admin: TestClient, client: TestClient
+) -> None:
+    make_project(admin)
+    make_project(admin, "audio")
+    start = admin.get("/api/v1/events").json()
+    assert start["items"] == []
+    vision = submit(admin)["id"]
+    audio = submit(admin, project="audio")["id"]
+    admin.post(f"/api/v1/runs/{vision}/phase", json={"phase": "Scheduling"})
+    page = admin.get("/api/v1/events", params={"after_id": start["next_after_id"]}).json()
+    seen = [(e["run_id"], e["type"]) for e in page["items"]]
+    assert seen == [(vision, "Submitted"), (audio, "Submitted"), (vision, "PhaseChanged")]
+    assert page["next_after_id"] == page["items"][-1]["id"]
+    # Paged, in id order, and nothing new after the last page.
+    first = admin.get(
+        "/api/v1/events", params={"after_id": start["next_after_id"], "limit": 2}
+    ).json()
+    assert [e["id"] for e in first["items"]] == [e["id"] for e in page["items"][:2]]
+    rest = admin.get("/api/v1/events", params={"after_id": first["next_after_id"]}).json()
+    assert [e["id"] for e in rest["items"]] == [page["items"][2]["id"]]
+    done = admin.get("/api/v1/events", params={"after_id": page["next_after_id"]}).json()
+    assert done == {"items": [], "next_after_id": page["next_after_id"]}
+    # A project token follows its own project's runs only.
+    audio_viewer = bearer(make_token(admin, "audio", "viewer"))
+    scoped = client.get(
+        "/api/v1/events", params={"after_id": start["next_after_id"]}, headers=audio_viewer
+    ).json()
+    assert [(e["run_id"], e["type"]) for e in scoped["items"]] == [(audio, "Submitted")]
+    assert (
+        client.get("/api/v1/events", headers=audio_viewer).json()["next_after_id"]
+        == (scoped["items"][-1]["id"])
+    )
+    bad = admin.get("/api/v1/events", params={"after_id": -1})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "after_id"]
+    assert client.get("/api/v1/events").status_code == 401

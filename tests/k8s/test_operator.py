@@ -214,6 +214,49 @@ def test_a_gang_that_cannot_fit_waits_unschedulable_and_binds_nothing(
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
 
 
+def free_whole_nodes() -> int:
+    """Ready fake nodes with no GPU taken by a pod that has not ended."""
+    taken = {
+        pod["spec"]["nodeName"]
+        for pod in h.kubectl_json("get", "pods", "-A")["items"]
+        if pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed")
+    }
+    return sum(
+        node["metadata"]["name"] not in taken
+        and h.node_ready_status(node["metadata"]["name"]) == "True"
+        for node in h.fake_nodes()
+    )
+
+
+def test_gangs_applied_at_once_never_count_the_same_gpus(stack: Stack, ns: str) -> None:
+    """Gangs that fit are created ungated at once, gangs that do not wait behind the gate:
+    with one gang more than the free nodes hold, exactly that one waits, whole."""
+    fits = free_whole_nodes() // 2
+    assert fits >= 1, "the test cluster has no two free nodes"
+    names = [f"g{i}" for i in range(fits + 1)]
+    h.apply(*(training_run(n, nodes=2, gpusPerNode=8) for n in names), namespace=ns)
+
+    def settled() -> tuple[list[str], list[str]] | None:
+        phases = {n: phase_of(ns, "tr", n) for n in names}
+        running = [n for n, p in phases.items() if p == "Running"]
+        waiting = [
+            n
+            for n in names
+            if n not in running and api_run(stack, ns, n)["reason"] == "Unschedulable"
+        ]
+        return (running, waiting) if len(running) == fits and len(waiting) == 1 else None
+
+    running, waiting = stack.wait_for(f"{fits} gangs Running, one waiting", settled, 120)
+    time.sleep(2)  # a later pass must not release the waiting gang, or part of it
+    for name in running:
+        assert all(not p["spec"].get("schedulingGates") for p in pods_of(ns, name))
+    left = pods_of(ns, waiting[0])
+    assert len(left) == 2
+    assert all(p["spec"].get("schedulingGates") and not p["spec"].get("nodeName") for p in left)
+    bound = [p for n in names for p in pods_of(ns, n) if p["spec"].get("nodeName")]
+    assert len({p["spec"]["nodeName"] for p in bound}) == len(bound) == 2 * fits
+
+
 def test_an_eviction_is_an_interruption_and_the_next_attempt_resumes_from_the_checkpoint(
     stack: Stack, ns: str
 ) -> None:

@@ -248,7 +248,21 @@ def test_placement_matches_the_plain_rule_on_random_clusters(seed: int) -> None:
     fits, placed = _fit_by_sorting(want, nodes, bound, reserved)
     placement = gang.fit(want, nodes, bound, reserved)
     assert placement.fits == fits
+    assert gang.fit(want, nodes, bound, reserved, gang.Eligibility()).fits == fits
     assert placement.fits or f"only {placed} fit now" in placement.message
+
+
+def test_remembered_eligibility_follows_each_nodes_latest_facts() -> None:
+    memo = gang.Eligibility()
+    want = gang_of(1, 8)
+    nodes = [node("a"), node("b")]
+    assert gang.fit(want, nodes, {}, [], memo).fits
+    # b's facts replaced (a new object, as after a node event): checked again, not recalled.
+    nodes = [node("a", ready=False), node("b", unschedulable=True)]
+    assert not gang.fit(want, nodes, {}, [], memo).fits
+    assert [n.name for n in memo.usable(want, [node("a"), nodes[1]])] == ["a"]
+    # Another gang shape has its own answers (a's taint is not tolerated).
+    assert memo.usable(gang_of(1, 8, tolerations=[]), [node("a")]) == []
 
 
 def body(kind: str = "TrainingRun", **spec: Any) -> dict[str, Any]:

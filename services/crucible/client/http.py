@@ -32,6 +32,7 @@ from crucible.schemas.runs import (
     AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
+    EventFeed,
     InputsResolution,
     PhaseReport,
     RunEventPublic,
@@ -229,6 +230,13 @@ class CrucibleClient:
 
     def list_events(self, run_id: int, after_id: int = 0) -> list[RunEventPublic]:
         return self._get(f"/api/v1/runs/{run_id}/events", list[RunEventPublic], after_id=after_id)
+
+    def event_feed(self, after_id: int | None = None, limit: int = 1000) -> EventFeed:
+        """Events of every run this token may see after `after_id` (None: from now on)."""
+        params: dict[str, Any] = {"limit": limit}
+        if after_id is not None:
+            params["after_id"] = after_id
+        return self._get("/api/v1/events", EventFeed, **params)
 
     def lineage(
         self, entity: str, entity_id: int, direction: str = "both", depth: int = 5

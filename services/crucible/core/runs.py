@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
@@ -31,6 +31,7 @@ from crucible.schemas.runs import (
     AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
+    EventFeed,
     PhaseReport,
     RunEventPublic,
     RunPublic,
@@ -437,6 +438,27 @@ def list_events(
         .limit(limit)
     )
     return [RunEventPublic.model_validate(r) for r in rows]
+
+
+def event_feed(
+    *, session: Session, principal: Principal, after_id: int | None, limit: int = 1000
+) -> EventFeed:
+    """Events of every run the caller may see (a project token: its project's), for
+    followers such as the operator that would otherwise poll each run."""
+    if after_id is None:
+        latest = select(func.max(RunEvent.id))
+        if principal.project_id is not None:
+            latest = latest.join(Run, Run.id == RunEvent.run_id).where(
+                Run.project_id == principal.project_id
+            )
+        return EventFeed(items=[], next_after_id=session.scalar(latest) or 0)
+    query = select(RunEvent).where(RunEvent.id > after_id).order_by(RunEvent.id).limit(limit)
+    if principal.project_id is not None:
+        query = query.join(Run, Run.id == RunEvent.run_id).where(
+            Run.project_id == principal.project_id
+        )
+    items = [RunEventPublic.model_validate(r) for r in session.scalars(query)]
+    return EventFeed(items=items, next_after_id=items[-1].id if items else after_id)
 
 
 def list_experiment_events(

@@ -105,6 +105,15 @@ class RunEventPublic(PublicModel):
     created_at: datetime
 
 
+class EventFeed(PublicModel):
+    """Timeline events of every run the caller may see, in id order. Pass `next_after_id`
+    back as `after_id` for the next page; without `after_id` the feed starts now (no
+    items, and the id to follow from)."""
+
+    items: list[RunEventPublic]
+    next_after_id: int
+
+
 class InputsResolution(PublicModel):
     """Whether a run's inputs exist, and the exact versions it will read."""
 

@@ -211,6 +211,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Event Feed
+         * @description Timeline events of every run the caller may see, oldest first.
+         */
+        get: operations["eventFeed"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/experiments": {
         parameters: {
             query?: never;
@@ -1443,6 +1463,18 @@ export interface components {
             step: number;
             /** Suite */
             suite: string;
+        };
+        /**
+         * EventFeed
+         * @description Timeline events of every run the caller may see, in id order. Pass `next_after_id`
+         *     back as `after_id` for the next page; without `after_id` the feed starts now (no
+         *     items, and the id to follow from).
+         */
+        EventFeed: {
+            /** Items */
+            items: components["schemas"]["RunEventPublic"][];
+            /** Next After Id */
+            next_after_id: number;
         };
         /** ExperimentCreate */
         ExperimentCreate: {
@@ -3022,6 +3054,39 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EvalResultPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    eventFeed: {
+        parameters: {
+            query?: {
+                /** @description Omit to start from now (no items). */
+                after_id?: number | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventFeed"];
                 };
             };
             /** @description Validation Error */

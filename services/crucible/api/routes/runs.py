@@ -16,6 +16,7 @@ from crucible.schemas.runs import (
     AttemptHeartbeat,
     AttemptPublic,
     AttemptStart,
+    EventFeed,
     InputsResolution,
     PhaseReport,
     RunEventPublic,
@@ -172,6 +173,20 @@ def list_events(
         return runs.list_events(
             session=session, principal=principal, run_id=run_id, after_id=after_id, limit=limit
         )
+
+
+@router.get("/events", operation_id="eventFeed")
+def event_feed(
+    uow: Uow,
+    principal: CurrentPrincipal,
+    after_id: Annotated[
+        int | None, Query(ge=0, description="Omit to start from now (no items).")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+) -> EventFeed:
+    """Timeline events of every run the caller may see, oldest first."""
+    with uow() as session:
+        return runs.event_feed(session=session, principal=principal, after_id=after_id, limit=limit)
 
 
 @router.get(

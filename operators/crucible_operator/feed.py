@@ -1,0 +1,89 @@
+"""What changes in the control plane reaches the reconcile loops through one feed.
+
+Without it every loop asked the control plane about its run on every pass, and about new
+events every 10 s while running: at 1,000 runs that polling was two thirds of the control
+plane's work (docs/scaling.md). Every change a loop must react to records a run event
+(phase moves: cancel, recovery, the watchdog; preempt requests; new checkpoints), so one
+follower of GET /api/v1/events marks the changed runs and wakes their loops; the loops then
+read their run only when it changed, and otherwise reuse their last answer.
+
+Events can become visible out of id order (two transactions commit in the other order than
+their ids were drawn), so each poll reaches back OVERLAP ids behind the cursor and skips
+events already seen. If the feed fails, `RunChanges.healthy()` turns False and the loops go
+back to reading their run on every pass.
+"""
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from crucible.schemas.runs import EventFeed
+
+log = logging.getLogger(__name__)
+
+FEED_SECONDS = 1.0
+PAGE = 1000
+OVERLAP = 500
+REMEMBERED = 20_000  # event ids kept to skip the overlap's repeats
+HEALTHY_WITHIN = 10.0  # seconds since the feed last answered
+
+
+@dataclass
+class RunChanges:
+    """What the follower tells the loops: which of their runs changed since they read them."""
+
+    uids: dict[int, str] = field(default_factory=dict)  # run id -> its resource's uid
+    changed: set[int] = field(default_factory=set)  # run ids
+    answered_at: float = float("-inf")  # time.monotonic() of the feed's last answer
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self.answered_at < HEALTHY_WITHIN
+
+
+class EventSource(Protocol):
+    def event_feed(self, after_id: int | None = None, limit: int = 1000) -> EventFeed: ...
+
+
+class EventFollower:
+    def __init__(self, api: EventSource, changes: RunChanges, wake: Callable[[str], None]) -> None:
+        self.api = api
+        self.changes = changes
+        self.wake = wake
+        self.cursor: int | None = None
+        self.seen: OrderedDict[int, None] = OrderedDict()
+
+    async def poll(self) -> bool:
+        """One page; whether it was full (more to read at once)."""
+        after = None if self.cursor is None else max(0, self.cursor - OVERLAP)
+        page = await asyncio.to_thread(self.api.event_feed, after, PAGE)
+        self.changes.answered_at = time.monotonic()
+        woken = set()
+        for event in page.items:
+            if event.id in self.seen:
+                continue
+            self.seen[event.id] = None
+            uid = self.changes.uids.get(event.run_id)
+            if uid is not None:  # a run this operator reconciles
+                self.changes.changed.add(event.run_id)
+                woken.add(uid)
+        for uid in woken:
+            self.wake(uid)
+        while len(self.seen) > REMEMBERED:
+            self.seen.popitem(last=False)
+        self.cursor = max(self.cursor or 0, page.next_after_id)
+        return len(page.items) == PAGE
+
+    async def follow(self) -> None:
+        """Runs until cancelled (at the operator's clean-up)."""
+        while True:
+            try:
+                more = await self.poll()
+            except Exception as exc:  # the API restarting, a timeout: loops poll meanwhile
+                log.warning("event feed failed, retrying in %.0f s: %s", FEED_SECONDS, exc)
+                more = False
+            if not more:
+                await asyncio.sleep(FEED_SECONDS)
