@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crucible.client import CrucibleClient
+from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import Phase
 from crucible.schemas.runs import PhaseReport, RunPublic, RunSubmit
 from crucible_operator.feed import EventFollower, RunChanges
@@ -65,6 +65,6 @@ def test_a_feed_that_does_not_answer_is_not_healthy() -> None:
     changes = RunChanges()
     with CrucibleClient("http://127.0.0.1:9", "t", retries=0, timeout=2) as unreachable:
         follower = EventFollower(unreachable, changes, lambda uid: None)
-        with pytest.raises(Exception, match="127.0.0.1"):
+        with pytest.raises(ApiError, match=r"GET /api/v1/events"):
             asyncio.run(follower.poll())
     assert not changes.healthy()
