@@ -42,26 +42,20 @@ def plot(results: Path, png: Path) -> None:
 
     ax = axes[1]
     lat = r["latencies"]
-    ax.scatter(
-        [x[0] / 60 for x in lat["scheduling"]],
-        [x[2] for x in lat["scheduling"]],
-        s=4,
-        label="scheduling: create -> all pods Running",
-    )
-    ax.scatter(
-        [x[0] / 60 for x in lat["recovery"]],
-        [x[1] for x in lat["recovery"]],
-        s=8,
-        marker="x",
-        label="recovery: node deleted -> next attempt all Running",
-    )
-    ax.scatter(
-        [x[0] / 60 for x in lat["eval_trigger"]],
-        [x[1] for x in lat["eval_trigger"]],
-        s=4,
-        marker="^",
-        label="eval trigger: checkpoint -> EvalJob",
-    )
+    # (series, index of the seconds in each sample, marker, size, label)
+    for name, at, marker, size, label in (
+        ("scheduling", 2, "o", 4, "scheduling: create -> all pods Running"),
+        ("recovery", 1, "x", 8, "recovery: node deleted -> next attempt all Running"),
+        ("eval_trigger", 1, "^", 4, "eval trigger: checkpoint -> EvalJob"),
+    ):
+        samples = lat[name]
+        ax.scatter(
+            [x[0] / 60 for x in samples],
+            [x[at] for x in samples],
+            s=size,
+            marker=marker,
+            label=label,
+        )
     ax.set_yscale("log")
     ax.set_ylabel("seconds (log)")
     ax.legend(loc="upper left", fontsize=8)
@@ -111,19 +105,12 @@ def plot(results: Path, png: Path) -> None:
     ax.plot(t, [s.get("db_bytes", 0) / 2**20 for s in series], label="database size (MiB)")
     ax.set_ylabel("MiB")
     twin = ax.twinx()
-    twin.plot(t, [s["celery_queue"] for s in series], color="tab:red", label="Celery queue")
-    twin.plot(
-        t,
-        [s.get("outbox_backlog", 0) for s in series],
-        color="tab:purple",
-        label="outbox not handled",
-    )
-    twin.plot(
-        t,
-        [s["workload_calls_in_flight"] for s in series],
-        color="tab:green",
-        label="workload calls in flight",
-    )
+    for key, color, label in (
+        ("celery_queue", "tab:red", "Celery queue"),
+        ("outbox_backlog", "tab:purple", "outbox not handled"),
+        ("workload_calls_in_flight", "tab:green", "workload calls in flight"),
+    ):
+        twin.plot(t, [s.get(key, 0) for s in series], color=color, label=label)
     twin.set_ylabel("backlog")
     ax.legend(loc="upper left", fontsize=8)
     twin.legend(loc="upper right", fontsize=8)

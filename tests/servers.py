@@ -19,6 +19,7 @@ class LocalServer:
     home: Path
     env: dict[str, str]  # the environment a CLI or workload needs to reach it
     log: Path
+    pid: int
 
     @property
     def token(self) -> str:
@@ -48,28 +49,41 @@ def free_port() -> int:
 
 @contextmanager
 def local_server(
-    workdir: Path, startup_seconds: float = 180, command: str = "server"
+    workdir: Path,
+    startup_seconds: float = 180,
+    command: str = "server",
+    *,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[LocalServer]:
-    """`crucible server` (API only) or `crucible up` (API and the local executor)."""
+    """`crucible server` (API only) or `crucible up` (API and the local executor), with extra
+    command-line `args` and `env` (e.g. CRUCIBLE_DATABASE_URL for Postgres)."""
     port = free_port()
     home = workdir / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
-    env |= {"CRUCIBLE_HOME": str(home), "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
+    environment |= {"CRUCIBLE_HOME": str(home), "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
+    environment |= env or {}
     log = workdir / "server.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "crucible", command, "--port", str(port)],
-            env=env,
+            [sys.executable, "-m", "crucible", command, "--port", str(port), *args],
+            env=environment,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait_ready(env["CRUCIBLE_API_URL"], process, log, startup_seconds)
-        yield LocalServer(url=env["CRUCIBLE_API_URL"], home=home, env=env, log=log)
+        _wait_ready(environment["CRUCIBLE_API_URL"], process, log, startup_seconds)
+        yield LocalServer(
+            url=environment["CRUCIBLE_API_URL"],
+            home=home,
+            env=environment,
+            log=log,
+            pid=process.pid,
+        )
     finally:
         process.terminate()
         try:
-            process.wait(10)
+            process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
 

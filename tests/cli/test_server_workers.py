@@ -2,14 +2,12 @@
 supervisor on Postgres, with the health-check timeout a loaded machine needs."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.servers import crucible, free_port, wait_until_serving
+from tests.servers import crucible, free_port, local_server
 
 ADMIN = "cru_workers-test-admin"
 
@@ -24,34 +22,18 @@ def test_two_api_processes_serve_one_database(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     database_url: str = request.getfixturevalue("_postgres_at_head")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
-    env |= {
-        "CRUCIBLE_HOME": str(tmp_path / "home"),
-        "CRUCIBLE_DATABASE_URL": database_url,
-        "CRUCIBLE_ADMIN_TOKEN": ADMIN,
-    }
-    log = tmp_path / "server.log"
-    command = [sys.executable, "-m", "crucible", "server", "--port", str(port)]
-    command += ["--workers", "2", "--worker-healthcheck-timeout", "20"]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_serving(f"{url}/readyz", process, log, 180, what="crucible server --workers 2")
-        assert len(_children(process.pid)) >= 2, log.read_text()
+    with local_server(
+        tmp_path,
+        args=("--workers", "2", "--worker-healthcheck-timeout", "20"),
+        env={"CRUCIBLE_DATABASE_URL": database_url, "CRUCIBLE_ADMIN_TOKEN": ADMIN},
+    ) as server:
+        assert len(_children(server.pid)) >= 2, server.log.read_text()
         headers = {"Authorization": f"Bearer {ADMIN}"}
         # Connections spread over both processes; every one answers from the same database.
         for _ in range(20):
-            with httpx.Client(base_url=url, headers=headers) as client:
+            with httpx.Client(base_url=server.url, headers=headers) as client:
                 assert client.get("/api/v1/projects").status_code == 200
-        assert "with 2 workers" in log.read_text()
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        assert "with 2 workers" in server.log.read_text()
 
 
 def test_workers_on_the_embedded_database_are_refused(tmp_path: Path) -> None:
