@@ -214,11 +214,18 @@ def test_a_gang_that_cannot_fit_waits_unschedulable_and_binds_nothing(
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
 
 
-def free_whole_nodes() -> int:
-    """Ready fake nodes with no GPU taken by a pod that has not ended."""
+def free_whole_nodes(stack: Stack) -> int:
+    """Ready fake nodes with no GPU taken by a pod that has not ended, once no pod is still
+    terminating (earlier tests' pods freeing nodes later would change the count)."""
+
+    def settled() -> list[dict[str, Any]] | None:
+        items: list[dict[str, Any]] = h.kubectl_json("get", "pods", "-A")["items"]
+        return None if any(p["metadata"].get("deletionTimestamp") for p in items) else items
+
+    pods = stack.wait_for("no pod terminating", settled, 90)
     taken = {
         pod["spec"]["nodeName"]
-        for pod in h.kubectl_json("get", "pods", "-A")["items"]
+        for pod in pods
         if pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed")
     }
     return sum(
@@ -231,7 +238,7 @@ def free_whole_nodes() -> int:
 def test_gangs_applied_at_once_never_count_the_same_gpus(stack: Stack, ns: str) -> None:
     """Gangs that fit are created ungated at once, gangs that do not wait behind the gate:
     with one gang more than the free nodes hold, exactly that one waits, whole."""
-    fits = free_whole_nodes() // 2
+    fits = free_whole_nodes(stack) // 2
     assert fits >= 1, "the test cluster has no two free nodes"
     names = [f"g{i}" for i in range(fits + 1)]
     h.apply(*(training_run(n, nodes=2, gpusPerNode=8) for n in names), namespace=ns)
