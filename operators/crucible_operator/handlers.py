@@ -111,11 +111,15 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
         ctx = memo_context(memo)
         if uid not in ctx.wakeups:
             return
-        # A new spec or a deletion. Not the loop's own status writes, which come back as
-        # events too: waking on those doubled the passes.
-        generation = int(meta.get("generation") or 0)
-        if ctx.generations.get(uid) != generation or meta.get("deletionTimestamp"):
-            ctx.generations[uid] = generation
+        # A new spec, the next attempt announced by recovery, or a deletion. Not the loop's
+        # own status writes, which come back as events too: waking on those doubled the
+        # passes.
+        version = (
+            int(meta.get("generation") or 0),
+            (meta.get("annotations") or {}).get(naming.ANNOTATION_NEXT_ATTEMPT),
+        )
+        if ctx.seen_versions.get(uid) != version or meta.get("deletionTimestamp"):
+            ctx.seen_versions[uid] = version
             ctx.wake(uid)
 
     @kopf.daemon(
@@ -145,7 +149,7 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
                 await _sleep(wake, stopped, delay)
         finally:
             ctx.wakeups.pop(uid, None)
-            ctx.generations.pop(uid, None)
+            ctx.seen_versions.pop(uid, None)
             if tracked.run_id is not None:
                 ctx.changes.uids.pop(tracked.run_id, None)
                 ctx.changes.changed.discard(tracked.run_id)

@@ -17,6 +17,8 @@ MANAGED_BY = "crucible-operator"
 
 # Set on a custom resource the control plane created for a REST submission.
 ANNOTATION_RUN_ID = "crucible.dev/run-id"
+# Set by the workers when recovery makes the next attempt due (a wake-up for the loop).
+ANNOTATION_NEXT_ATTEMPT = "crucible.dev/next-attempt"
 
 # Held on every pod of an attempt until the whole gang fits (all pods or none).
 GANG_GATE = "crucible.dev/gang"

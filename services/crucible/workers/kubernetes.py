@@ -19,7 +19,7 @@ from lightkube.types import PatchType
 from crucible.db.tables import Run
 
 RUN_ID_ANNOTATION = "crucible.dev/run-id"  # the operator's naming.ANNOTATION_RUN_ID
-NEXT_ATTEMPT_ANNOTATION = "crucible.dev/next-attempt"
+NEXT_ATTEMPT_ANNOTATION = "crucible.dev/next-attempt"  # naming.ANNOTATION_NEXT_ATTEMPT
 log = logging.getLogger(__name__)
 
 
