@@ -214,25 +214,40 @@ def test_a_gang_that_cannot_fit_waits_unschedulable_and_binds_nothing(
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
 
 
-def free_whole_nodes(stack: Stack) -> int:
-    """Ready fake nodes with no GPU taken by a pod that has not ended, once no pod is still
-    terminating (earlier tests' pods freeing nodes later would change the count)."""
-
-    def settled() -> list[dict[str, Any]] | None:
-        items: list[dict[str, Any]] = h.kubectl_json("get", "pods", "-A")["items"]
-        return None if any(p["metadata"].get("deletionTimestamp") for p in items) else items
-
-    pods = stack.wait_for("no pod terminating", settled, 90)
-    taken = {
-        pod["spec"]["nodeName"]
-        for pod in pods
-        if pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed")
-    }
+def gpus_requested(pod: dict[str, Any]) -> int:
     return sum(
-        node["metadata"]["name"] not in taken
-        and h.node_ready_status(node["metadata"]["name"]) == "True"
-        for node in h.fake_nodes()
+        int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0))
+        for c in pod["spec"]["containers"]
     )
+
+
+def free_whole_nodes(stack: Stack) -> int:
+    """Ready fake nodes with none of their GPUs requested by a pod that has not ended, once
+    no GPU pod on them is still terminating (earlier tests' pods freeing GPUs later would
+    change the count). Pods without GPUs (the Helm tests' deployments) and pods on lost
+    nodes (terminating for good) do not count."""
+    ready = {
+        n["metadata"]["name"]
+        for n in h.fake_nodes()
+        if h.node_ready_status(n["metadata"]["name"]) == "True"
+    }
+
+    def on_ready_nodes() -> tuple[list[dict[str, Any]]] | None:
+        items = [
+            p
+            for p in h.kubectl_json("get", "pods", "-A")["items"]
+            if p["spec"].get("nodeName") in ready and gpus_requested(p)
+        ]
+        leaving = [p for p in items if p["metadata"].get("deletionTimestamp")]
+        return None if leaving else (items,)  # (a tuple: an empty list is an answer too)
+
+    (pods,) = stack.wait_for("no GPU pod terminating on a Ready node", on_ready_nodes, 90)
+    taken = {
+        p["spec"]["nodeName"]
+        for p in pods
+        if p["status"].get("phase") not in ("Succeeded", "Failed")
+    }
+    return len(ready - taken)
 
 
 def test_gangs_applied_at_once_never_count_the_same_gpus(stack: Stack, ns: str) -> None:
