@@ -1,5 +1,8 @@
 """Shared fixtures: the control plane on SQLite and on the real Postgres of scripts/services.
 
+`live_server`/`live_api` are a real `crucible server` process (SQLite, one per test module)
+and an SDK client of it, for tests of code that talks to the control plane over HTTP.
+
 Tests that take `database_url` (directly or through `app`/`admin`) run once per backend.
 The Postgres variant is marked `postgres` and fails, never skips, when Postgres is down:
 run `eval "$(scripts/services up)"` first, or deselect with `-m "not postgres"`.
@@ -15,9 +18,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from crucible.api.app import create_app
+from crucible.client import CrucibleClient
 from crucible.db import schema
 from crucible.db.tables import Base
 from crucible.settings import Settings, load_settings
+from tests.servers import LocalServer, local_server
 
 ADMIN_TOKEN = "cru_test-admin-token"
 DEFAULT_PG_URL = "postgresql+psycopg://crucible:crucible@127.0.0.1:15432/crucible_test"
@@ -129,3 +134,17 @@ def submit(admin: TestClient, project: str = "vision", name: str = "sft-1") -> d
     assert response.status_code == 201, response.text
     body: dict[str, object] = response.json()
     return body
+
+
+@pytest.fixture(scope="module")
+def live_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalServer]:
+    with local_server(tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])) as up:
+        yield up
+
+
+@pytest.fixture
+def live_api(live_server: LocalServer) -> Iterator[CrucibleClient]:
+    with CrucibleClient(live_server.url, live_server.token) as api:
+        yield api

@@ -2,7 +2,6 @@
 runs that changed, once per event, and says when the feed is not answering."""
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
@@ -10,19 +9,6 @@ from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import Phase
 from crucible.schemas.runs import PhaseReport, RunPublic, RunSubmit
 from crucible_operator.feed import EventFollower, RunChanges
-from tests.servers import LocalServer, local_server
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    with local_server(tmp_path_factory.mktemp("feed")) as running:
-        yield running
-
-
-@pytest.fixture
-def api(server: LocalServer) -> Iterator[CrucibleClient]:
-    with CrucibleClient(server.url, server.token) as client:
-        yield client
 
 
 def submit(api: CrucibleClient, name: str) -> RunPublic:
@@ -35,18 +21,18 @@ def submit(api: CrucibleClient, name: str) -> RunPublic:
     return api.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
 
 
-def test_changed_runs_wake_their_loops_once(api: CrucibleClient) -> None:
-    ours, also_ours, not_ours = (submit(api, n) for n in ("f-a", "f-b", "f-c"))
+def test_changed_runs_wake_their_loops_once(live_api: CrucibleClient) -> None:
+    ours, also_ours, not_ours = (submit(live_api, n) for n in ("f-a", "f-b", "f-c"))
     changes = RunChanges(uids={ours.id: "uid-a", also_ours.id: "uid-b"})
     woken: list[str] = []
-    follower = EventFollower(api, changes, woken.append)
+    follower = EventFollower(live_api, changes, woken.append)
     assert not changes.healthy()
     assert asyncio.run(follower.poll()) is False  # the feed starts now: the past wakes nobody
     assert woken == [] and changes.healthy()
 
-    api.report_phase(ours.id, PhaseReport(phase=Phase.Scheduling))
-    api.cancel_run(also_ours.id)
-    api.report_phase(not_ours.id, PhaseReport(phase=Phase.Scheduling))
+    live_api.report_phase(ours.id, PhaseReport(phase=Phase.Scheduling))
+    live_api.cancel_run(also_ours.id)
+    live_api.report_phase(not_ours.id, PhaseReport(phase=Phase.Scheduling))
     asyncio.run(follower.poll())
     assert sorted(woken) == ["uid-a", "uid-b"]
     assert changes.changed == {ours.id, also_ours.id}
@@ -56,7 +42,7 @@ def test_changed_runs_wake_their_loops_once(api: CrucibleClient) -> None:
     changes.changed.clear()
     asyncio.run(follower.poll())
     assert woken == [] and changes.changed == set()
-    api.report_phase(ours.id, PhaseReport(phase=Phase.Running))
+    live_api.report_phase(ours.id, PhaseReport(phase=Phase.Running))
     asyncio.run(follower.poll())
     assert woken == ["uid-a"]
 

@@ -7,10 +7,8 @@ behaviour of the executor and finishes in seconds.
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
-
-import pytest
 
 from crucible.client import CrucibleClient
 from crucible.executor.gpus import GpuPool
@@ -18,7 +16,7 @@ from crucible.executor.launch import build_command
 from crucible.executor.local import LocalExecutor
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.runs import RunPublic, RunSubmit
-from tests.servers import LocalServer, local_server
+from tests.servers import LocalServer
 
 TRAP_SIGTERM = """
 import signal, sys, time
@@ -32,21 +30,9 @@ while True:
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    with local_server(tmp_path_factory.mktemp("executor")) as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: LocalServer) -> Iterator[CrucibleClient]:
-    with CrucibleClient(server.url, server.token) as api:
-        yield api
-
-
-def make_executor(server: LocalServer, client: CrucibleClient, gpus: list[int]) -> LocalExecutor:
+def make_executor(server: LocalServer, api: CrucibleClient, gpus: list[int]) -> LocalExecutor:
     return LocalExecutor(
-        client,
+        api,
         api_url=server.url,
         token=server.token,
         home=server.home,
@@ -55,13 +41,13 @@ def make_executor(server: LocalServer, client: CrucibleClient, gpus: list[int]) 
     )
 
 
-def submit(client: CrucibleClient, name: str, code: str, **spec: object) -> RunPublic:
+def submit(api: CrucibleClient, name: str, code: str, **spec: object) -> RunPublic:
     manifest = {
         "kind": "TrainingRun",
         "metadata": {"name": name},
         "spec": {"experiment": "executor", "command": [sys.executable, "-c", code], **spec},
     }
-    return client.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
+    return api.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
 
 
 def tick_until(executor: LocalExecutor, done: Callable[[], bool], seconds: float = 30) -> None:
@@ -72,32 +58,32 @@ def tick_until(executor: LocalExecutor, done: Callable[[], bool], seconds: float
         time.sleep(0.1)
 
 
-def phase_of(client: CrucibleClient, run_id: int) -> str:
-    return client.get_run(run_id).phase.value
+def phase_of(api: CrucibleClient, run_id: int) -> str:
+    return api.get_run(run_id).phase.value
 
 
 def test_success_records_phases_attempt_env_and_log(
-    server: LocalServer, client: CrucibleClient
+    live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
     code = (
         "import os; print('run', os.environ['CRUCIBLE_RUN_ID'], 'attempt', "
         "os.environ['CRUCIBLE_ATTEMPT'], os.environ['CRUCIBLE_CONFIG'])"
     )
-    run = submit(client, "ok-run", code, config={"lr": 0.1})
-    executor = make_executor(server, client, [])
-    tick_until(executor, lambda: phase_of(client, run.id) == "Succeeded")
-    attempts = client.list_attempts(run.id)
+    run = submit(live_api, "ok-run", code, config={"lr": 0.1})
+    executor = make_executor(live_server, live_api, [])
+    tick_until(executor, lambda: phase_of(live_api, run.id) == "Succeeded")
+    attempts = live_api.list_attempts(run.id)
     assert [(a.number, a.start_reason.value, a.end_reason, a.exit_code) for a in attempts] == [
         (1, "initial", "Completed", 0)
     ]
-    phases = [e.data.get("phase") for e in client.list_events(run.id) if e.type == "PhaseChanged"]
+    phases = [e.data.get("phase") for e in live_api.list_events(run.id) if e.type == "PhaseChanged"]
     assert phases == ["Scheduling", "Running", "Succeeded"]
     log = executor.log_path(run.id, 1).read_text()
     assert f"run {run.id} attempt 1 " in log and '"lr": 0.1' in log
 
 
 def test_non_zero_exit_interrupts_the_run_for_recovery(
-    server: LocalServer, client: CrucibleClient
+    live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
     # Retry or fail is the recovery worker's decision (tests/workers); the executor reports.
     # The workload leaves its last sentence where the contract says, as a pod would in
@@ -106,55 +92,55 @@ def test_non_zero_exit_interrupts_the_run_for_recovery(
         "import os, sys; open(os.environ['CRUCIBLE_TERMINATION_LOG'], 'w')"
         ".write('the tokenizer file is missing'); sys.exit(3)"
     )
-    run = submit(client, "bad-run", code)
-    executor = make_executor(server, client, [])
-    tick_until(executor, lambda: phase_of(client, run.id) == "Interrupted")
-    attempt = client.list_attempts(run.id)[0]
+    run = submit(live_api, "bad-run", code)
+    executor = make_executor(live_server, live_api, [])
+    tick_until(executor, lambda: phase_of(live_api, run.id) == "Interrupted")
+    attempt = live_api.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("ErrorExit", 3)
     assert "exit code 3: the tokenizer file is missing" in attempt.message
-    interrupted = client.get_run(run.id)
+    interrupted = live_api.get_run(run.id)
     assert interrupted.reason == "ErrorExit" and "exit code 3" in interrupted.message
 
 
 def test_preempt_sends_sigterm_and_ends_the_attempt_as_interrupted(
-    server: LocalServer, client: CrucibleClient
+    live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
-    run = submit(client, "preempted-run", TRAP_SIGTERM)
-    executor = make_executor(server, client, [])
-    tick_until(executor, lambda: phase_of(client, run.id) == "Running")
+    run = submit(live_api, "preempted-run", TRAP_SIGTERM)
+    executor = make_executor(live_server, live_api, [])
+    tick_until(executor, lambda: phase_of(live_api, run.id) == "Running")
     tick_until(executor, lambda: "training" in executor.log_path(run.id, 1).read_text())
     assert executor.preempt(run.id)
-    tick_until(executor, lambda: phase_of(client, run.id) == "Interrupted")
-    attempt = client.list_attempts(run.id)[0]
+    tick_until(executor, lambda: phase_of(live_api, run.id) == "Interrupted")
+    attempt = live_api.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("Preempted", 143)
     assert "checkpointed on SIGTERM" in executor.log_path(run.id, 1).read_text()
 
 
-def test_cancel_stops_the_processes(server: LocalServer, client: CrucibleClient) -> None:
-    run = submit(client, "cancelled-run", "import time; time.sleep(600)")
-    executor = make_executor(server, client, [])
-    tick_until(executor, lambda: phase_of(client, run.id) == "Running")
-    client.cancel_run(run.id)
-    tick_until(executor, lambda: client.list_attempts(run.id)[0].ended_at is not None)
-    assert client.list_attempts(run.id)[0].end_reason == "CancelledByUser"
-    assert phase_of(client, run.id) == "Cancelled"
+def test_cancel_stops_the_processes(live_server: LocalServer, live_api: CrucibleClient) -> None:
+    run = submit(live_api, "cancelled-run", "import time; time.sleep(600)")
+    executor = make_executor(live_server, live_api, [])
+    tick_until(executor, lambda: phase_of(live_api, run.id) == "Running")
+    live_api.cancel_run(run.id)
+    tick_until(executor, lambda: live_api.list_attempts(run.id)[0].ended_at is not None)
+    assert live_api.list_attempts(run.id)[0].end_reason == "CancelledByUser"
+    assert phase_of(live_api, run.id) == "Cancelled"
 
 
 def test_runs_queue_for_gpus_and_get_their_own_devices(
-    server: LocalServer, client: CrucibleClient
+    live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
     code = "import os, time; print('gpus', os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(1)"
-    first = submit(client, "gpu-first", code, gpusPerNode=2, processesPerNode=1)
-    second = submit(client, "gpu-second", code, gpusPerNode=2, processesPerNode=1)
-    too_big = submit(client, "gpu-too-big", code, gpusPerNode=4)
-    executor = make_executor(server, client, [0, 1])
-    tick_until(executor, lambda: phase_of(client, first.id) == "Running")
-    assert phase_of(client, second.id) == "Scheduling"
-    assert phase_of(client, too_big.id) == "Failed"
-    assert "needs 4 GPUs" in client.get_run(too_big.id).message
+    first = submit(live_api, "gpu-first", code, gpusPerNode=2, processesPerNode=1)
+    second = submit(live_api, "gpu-second", code, gpusPerNode=2, processesPerNode=1)
+    too_big = submit(live_api, "gpu-too-big", code, gpusPerNode=4)
+    executor = make_executor(live_server, live_api, [0, 1])
+    tick_until(executor, lambda: phase_of(live_api, first.id) == "Running")
+    assert phase_of(live_api, second.id) == "Scheduling"
+    assert phase_of(live_api, too_big.id) == "Failed"
+    assert "needs 4 GPUs" in live_api.get_run(too_big.id).message
     # What the dashboard shows: the run's process group with its devices, this machine's
     # GPUs all in use, and the second run waiting for them.
-    (group,) = client.list_run_pods(first.id)
+    (group,) = live_api.list_run_pods(first.id)
     assert (group.cluster, group.gpus, group.gpu_devices, group.phase) == (
         "local",
         2,
@@ -162,39 +148,39 @@ def test_runs_queue_for_gpus_and_get_their_own_devices(
         "Running",
     )
     assert group.pid is not None and group.node
-    view = client.get_cluster()
+    view = live_api.get_cluster()
     (machine,) = view.clusters
     assert (machine.name, machine.gpus_allocatable, machine.gpus_allocated) == ("local", 2, 2)
     assert [(w.name, w.phase.value) for w in view.waiting if w.name.startswith("gpu-")] == [
         ("gpu-second", "Scheduling")
     ]
-    tick_until(executor, lambda: phase_of(client, second.id) == "Succeeded")
-    assert phase_of(client, first.id) == "Succeeded"
+    tick_until(executor, lambda: phase_of(live_api, second.id) == "Succeeded")
+    assert phase_of(live_api, first.id) == "Succeeded"
     for run in (first, second):
         assert "gpus 0,1" in executor.log_path(run.id, 1).read_text()
 
 
 def test_runs_left_running_by_a_dead_executor_are_interrupted(
-    server: LocalServer, client: CrucibleClient
+    live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
-    run = submit(client, "orphan-run", "import time; time.sleep(600)")
-    crashed = make_executor(server, client, [])
-    tick_until(crashed, lambda: phase_of(client, run.id) == "Running")
-    make_executor(server, client, []).adopt_orphans()
-    assert phase_of(client, run.id) == "Interrupted"
-    assert client.list_attempts(run.id)[0].end_reason == "NodeLost"
+    run = submit(live_api, "orphan-run", "import time; time.sleep(600)")
+    crashed = make_executor(live_server, live_api, [])
+    tick_until(crashed, lambda: phase_of(live_api, run.id) == "Running")
+    make_executor(live_server, live_api, []).adopt_orphans()
+    assert phase_of(live_api, run.id) == "Interrupted"
+    assert live_api.list_attempts(run.id)[0].end_reason == "NodeLost"
     crashed.shutdown()  # its late exit report must not overrule the adopted state
-    assert phase_of(client, run.id) == "Interrupted"
+    assert phase_of(live_api, run.id) == "Interrupted"
 
 
-def test_run_loop_stops_cleanly(server: LocalServer, client: CrucibleClient) -> None:
-    run = submit(client, "loop-run", "print('done')")
-    executor = make_executor(server, client, [])
+def test_run_loop_stops_cleanly(live_server: LocalServer, live_api: CrucibleClient) -> None:
+    run = submit(live_api, "loop-run", "print('done')")
+    executor = make_executor(live_server, live_api, [])
     stop = threading.Event()
     thread = threading.Thread(target=executor.run, args=(stop, 0.1))
     thread.start()
     deadline = time.monotonic() + 30
-    while phase_of(client, run.id) != "Succeeded":
+    while phase_of(live_api, run.id) != "Succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)
     stop.set()
@@ -203,15 +189,15 @@ def test_run_loop_stops_cleanly(server: LocalServer, client: CrucibleClient) -> 
 
 
 def test_a_run_waits_for_its_inputs_and_gets_them_pinned_in_its_environment(
-    server: LocalServer, client: CrucibleClient
+    live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
     code = "import os; print('inputs', os.environ['CRUCIBLE_INPUTS'])"
-    run = submit(client, "needs-data", code, inputs=[{"dataset": "exec-data@latest"}])
-    executor = make_executor(server, client, [])
+    run = submit(live_api, "needs-data", code, inputs=[{"dataset": "exec-data@latest"}])
+    executor = make_executor(live_server, live_api, [])
     executor.tick()
-    assert phase_of(client, run.id) == "WaitingForInputs"
-    assert "dataset 'exec-data' has no version yet" in client.get_run(run.id).message
-    client.register_dataset_version(
+    assert phase_of(live_api, run.id) == "WaitingForInputs"
+    assert "dataset 'exec-data' has no version yet" in live_api.get_run(run.id).message
+    live_api.register_dataset_version(
         DatasetVersionCreate.model_validate(
             {
                 "project": "default",
@@ -221,7 +207,7 @@ def test_a_run_waits_for_its_inputs_and_gets_them_pinned_in_its_environment(
             }
         )
     )
-    tick_until(executor, lambda: phase_of(client, run.id) == "Succeeded")
+    tick_until(executor, lambda: phase_of(live_api, run.id) == "Succeeded")
     log = executor.log_path(run.id, 1).read_text()
     assert 'inputs {"datasets": ["exec-data@1"], "checkpoint": null}' in log
 

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from crucible.db.engine import transaction
 from crucible.db.tables import Attempt, Checkpoint, OutboxMessage, Run
@@ -297,6 +298,44 @@ def test_the_relay_keeps_what_the_broker_refused(admin: TestClient, app: FastAPI
         == 1
     )
     assert published == [row.id, row.id]
+
+
+def test_the_relay_waits_longer_before_each_republish_and_sends_new_rows_first(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    for name in ("a", "b", "c"):
+        submit_kind(admin, "TrainingRun", name)
+    factory = app.state.session_factory
+    now = datetime.now(UTC)
+    with transaction(factory) as session:
+        waiting, lingering, new = session.scalars(select(OutboxMessage.id).order_by("id")).all()
+        # Published 3 times: the next republish is due 30 s x 2^2 = 120 s after the last.
+        sent(session, waiting, publishes=3, at=now - timedelta(seconds=100))
+        # Published 9 times: every 30 s x 2^5 = 16 min from then on.
+        sent(session, lingering, publishes=9, at=now - timedelta(minutes=15))
+    published: list[int] = []
+
+    def publish(message_id: int, topic: str) -> None:
+        published.append(message_id)
+
+    assert relay_once(factory, publish, republish_after=timedelta(seconds=30)) == 1
+    assert published == [new]
+    with transaction(factory) as session:
+        sent(session, waiting, publishes=3, at=now - timedelta(seconds=130))
+        sent(session, lingering, publishes=9, at=now - timedelta(minutes=17))
+        sent(session, new, publishes=1, at=now - timedelta(seconds=40))
+    # All three are due; with room for one, the one whose last publish is oldest goes first.
+    assert relay_once(factory, publish, batch=1, republish_after=timedelta(seconds=30)) == 1
+    assert published == [new, lingering]
+
+
+def sent(session: Session, message_id: int, *, publishes: int, at: datetime) -> None:
+    session.execute(
+        update(OutboxMessage)
+        .where(OutboxMessage.id == message_id)
+        .values(sent_at=at, publish_attempts=publishes)
+    )
 
 
 # --- goodput ----------------------------------------------------------------------------------

@@ -2,8 +2,13 @@
 
 The relay runs as a beat task every second; handlers are `acks_late` and rejected back to
 the queue when their worker process dies, and the relay republishes anything still unhandled
-after 30 s (a lost broker, a killed worker). The handlers' exactly-once mark makes all of
-that redelivery safe.
+after 30 s, then after ever longer waits (a lost broker, a killed worker). The handlers'
+exactly-once mark makes all of that redelivery safe.
+
+The beat's ticks (relay, sweeps) have a queue of their own and expire: behind a backlog of
+handler messages in one queue they waited for minutes, recovery's sweep with them, and
+piled up by the thousand (docs/scaling.md). A tick that expired is dropped; the next one
+does the same work.
 """
 
 from datetime import timedelta
@@ -20,6 +25,17 @@ from crucible.settings import Settings, load_settings
 from crucible.workers import handlers, relay, sweeps
 
 HANDLE_TASK = "crucible.handle_outbox_message"
+HANDLER_QUEUE = "crucible"
+TICK_QUEUE = "crucible-ticks"
+
+
+def _tick(task: str, seconds: float) -> dict[str, Any]:
+    """A beat entry every `seconds`, on the tick queue, dropped when not started in time."""
+    return {
+        "task": task,
+        "schedule": seconds,
+        "options": {"queue": TICK_QUEUE, "expires": max(seconds, 10.0)},
+    }
 
 
 def create_celery(settings: Settings | None = None) -> Celery:
@@ -34,18 +50,18 @@ def create_celery(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        task_default_queue="crucible",
+        task_default_queue=HANDLER_QUEUE,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         # Redis redelivers an unacknowledged task after this long (its worker vanished).
         broker_transport_options={"visibility_timeout": 300},
         worker_hijack_root_logger=False,
         beat_schedule={
-            "relay-outbox": {"task": "crucible.relay_outbox", "schedule": 1.0},
-            "promote-recovering": {"task": "crucible.promote_recovering", "schedule": 1.0},
-            "expire-silent-attempts": {"task": "crucible.expire_silent_attempts", "schedule": 10.0},
-            "retire-checkpoints": {"task": "crucible.retire_checkpoints", "schedule": 30.0},
-            "repair-drift": {"task": "crucible.repair_drift", "schedule": 30.0},
+            "relay-outbox": _tick("crucible.relay_outbox", 1.0),
+            "promote-recovering": _tick("crucible.promote_recovering", 1.0),
+            "expire-silent-attempts": _tick("crucible.expire_silent_attempts", 10.0),
+            "retire-checkpoints": _tick("crucible.retire_checkpoints", 30.0),
+            "repair-drift": _tick("crucible.repair_drift", 30.0),
         },
     )
     _register_tasks(app, settings)
@@ -108,7 +124,8 @@ def run_worker(
         "pool": "threads",
         "beat": beat,
         "loglevel": "INFO",
-        "queues": ["crucible"],
+        # Polled in turn, so ticks run between handler messages, however many are queued.
+        "queues": [TICK_QUEUE, HANDLER_QUEUE],
     }
     if beat:
         options["schedule_filename"] = str(settings.home / "celerybeat-schedule")
