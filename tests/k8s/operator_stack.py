@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -39,9 +40,15 @@ def _fresh_database(suffix: str) -> str:
     return fresh.render_as_string(hide_password=False)
 
 
-def _broker_url(database: int) -> str:
+def _fresh_broker(database: int) -> str:
+    """A Redis database of its own on the shared Redis, emptied: messages left by an earlier
+    stack name outbox ids of another database, which in this one's are other messages (and
+    a backlog of them is work the new worker would do first)."""
     base = os.environ.get("CRUCIBLE_BROKER_URL", "redis://127.0.0.1:16379/0")
-    return base.rsplit("/", 1)[0] + f"/{database}"  # a database of its own on the shared Redis
+    url = base.rsplit("/", 1)[0] + f"/{database}"
+    with redis.Redis.from_url(url) as broker:
+        broker.flushdb()
+    return url
 
 
 class Process:
@@ -102,7 +109,7 @@ class Stack:
         env |= {
             "CRUCIBLE_HOME": str(workdir / "home"),
             "CRUCIBLE_DATABASE_URL": self.database_url,
-            "CRUCIBLE_BROKER_URL": _broker_url(broker_database),
+            "CRUCIBLE_BROKER_URL": _fresh_broker(broker_database),
             "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN,
             "CRUCIBLE_API_URL": self.url,
             "CRUCIBLE_TOKEN": ADMIN_TOKEN,
