@@ -21,9 +21,10 @@ What happens, for `--minutes` of wall-clock time:
   Running it makes progress; every `--checkpoint-every` seconds of progress it registers a
   checkpoint with `POST /runs/{id}/checkpoints` (the run id and attempt from the pod's
   CRUCIBLE_RUN_ID / CRUCIBLE_ATTEMPT, the workload token from the namespace's Secret, as
-  the SDK does), sends a heartbeat every `--heartbeat-every` seconds, and when its work is
-  done it exits 0 (the kwok stage `crucible-pod-exit`: annotation
-  crucible.dev/fake-exit-code on each pod); eval pods exit 0 after `--eval-seconds`;
+  the SDK does), sends a heartbeat every `--heartbeat-every` seconds (one at a time, as the
+  SDK's heartbeat thread does), and when its work is done it exits 0 (the kwok stage
+  `crucible-pod-exit`: annotation crucible.dev/fake-exit-code on each pod); eval pods exit
+  0 after `--eval-seconds`;
 * preemptions: every `--preempt-every` seconds a share `--preempt-share` of the nodes is
   deleted (as a cloud reclaiming spot nodes does) and re-added `--readd-after` seconds later.
 
@@ -117,6 +118,7 @@ class SimRun:
     ckpt_progress: float = 0.0  # progress at the latest registered checkpoint
     ckpt_id: int | None = None
     ckpt_inflight: bool = False
+    heartbeat_inflight: bool = False  # one at a time, as the SDK's heartbeat thread sends them
     last_heartbeat: float = 0.0
     interrupted_at: float | None = None  # node deletion that hit the running attempt
     pending_recovery: tuple[int, float] | None = None  # (attempt interrupted, node deleted)
@@ -481,9 +483,12 @@ class Day:
             run.ckpt_id = checkpoint_id
 
     async def _heartbeat(self, http: httpx.AsyncClient, run: SimRun) -> None:
-        response = await self._call(
-            http, f"/api/v1/runs/{run.run_id}/heartbeat", {"attempt": run.running_attempt}
-        )
+        try:
+            response = await self._call(
+                http, f"/api/v1/runs/{run.run_id}/heartbeat", {"attempt": run.running_attempt}
+            )
+        finally:
+            run.heartbeat_inflight = False
         if response is None or response.status_code not in (200, 409):
             self.heartbeat_errors += 1
             self.errors[f"heartbeat {response.status_code if response else 'no answer'}"] += 1
@@ -562,8 +567,9 @@ class Day:
         if not run.ckpt_inflight and progress - run.ckpt_progress >= every:
             run.ckpt_inflight = True
             self._spawn(self._checkpoint(http, run, now))
-        if self.args.heartbeat_every and now - run.last_heartbeat >= self.args.heartbeat_every:
-            run.last_heartbeat = now
+        beat_every = self.args.heartbeat_every
+        if beat_every and not run.heartbeat_inflight and now - run.last_heartbeat >= beat_every:
+            run.last_heartbeat, run.heartbeat_inflight = now, True
             self._spawn(self._heartbeat(http, run))
 
     async def _workload(self, client: AsyncClient, http: httpx.AsyncClient) -> None:
