@@ -324,10 +324,14 @@ def test_the_relay_waits_longer_before_each_republish_and_sends_new_rows_first(
     with transaction(factory) as session:
         sent(session, waiting, publishes=3, at=now - timedelta(seconds=130))
         sent(session, lingering, publishes=9, at=now - timedelta(minutes=17))
-        sent(session, new, publishes=1, at=now - timedelta(seconds=40))
-    # All three are due; with room for one, the one whose last publish is oldest goes first.
+    submit_kind(admin, "TrainingRun", "d")
+    with factory() as session:
+        newest = session.scalars(select(OutboxMessage.id).order_by(OutboxMessage.id.desc())).first()
+    # Two rows are due again and one was never sent: with room for one, the unsent row goes
+    # first, though its id is the highest; then the one whose last publish is oldest.
     assert relay_once(factory, publish, batch=1, republish_after=timedelta(seconds=30)) == 1
-    assert published == [new, lingering]
+    assert relay_once(factory, publish, batch=1, republish_after=timedelta(seconds=30)) == 1
+    assert published == [new, newest, lingering]
 
 
 def sent(session: Session, message_id: int, *, publishes: int, at: datetime) -> None:
