@@ -294,10 +294,16 @@ try {
   await graph.locator('.react-flow__node').filter({ hasText: 'sums@1' }).click();
   await page.getByRole('heading', { name: 'Lineage of dataset sums@1' }).waitFor();
   check(page.url().includes('#/lineage/dataset_version/'), 'clicking a node moves the explorer to it');
+  // Until the dataset's graph arrives the checkpoint's stays up, marked busy; a node focused in it
+  // loses focus when the new graph re-lays the nodes out, and Enter would then do nothing.
+  await page.locator('[data-testid="lineage-graph"][aria-busy="false"]').waitFor();
   await graph.locator('.react-flow__node').filter({ hasText: runName }).first().waitFor();
   check(true, 'the dataset shows the run that read it');
   const exactly = page.locator('.entity-label').getByText(runName, { exact: true });
-  await graph.locator('.react-flow__node').filter({ has: exactly }).focus();
+  const runNode = graph.locator('.react-flow__node').filter({ has: exactly });
+  await runNode.focus();
+  // Enter goes to whatever holds focus: make sure that is the run's node, not the one clicked last.
+  await page.waitForFunction((node) => node === document.activeElement, await runNode.elementHandle());
   await page.keyboard.press('Enter');
   await page.getByRole('heading', { name: `Lineage of run ${runName}` }).waitFor();
   check(true, 'Enter on a focused node moves there too (keyboard)');

@@ -41,16 +41,20 @@ const nodeTypes = { entity: Entity };
 
 /**
  * The lineage graph laid out by dagre and drawn by React Flow; clicking a node calls `onOpen`
- * with it, which the explorer uses to re-centre the graph there.
+ * with it, which the explorer uses to re-centre the graph there. `stale` marks a graph that is
+ * still the previous node's while the new one loads (dimmed, `aria-busy`): its nodes are about to
+ * be re-laid out, so a node focused now may be moved and lose focus.
  */
 export function LineageView({
   graph,
   onOpen,
   height = 520,
+  stale = false,
 }: {
   graph: LineageGraph;
   onOpen: (node: { type: LineageNodeType; id: number }) => void;
   height?: number;
+  stale?: boolean;
 }) {
   const { theme } = useTheme();
   const { nodes, edges } = useMemo(() => {
@@ -78,9 +82,10 @@ export function LineageView({
 
   return (
     <div
-      className="lineage-canvas"
+      className={`lineage-canvas${stale ? ' stale' : ''}`}
       style={{ height }}
       data-testid="lineage-graph"
+      aria-busy={stale}
       // React Flow makes nodes focusable (Tab) but does nothing on Enter; open the focused one.
       onKeyDown={(event) => {
         if (event.key !== 'Enter') return;

@@ -72,7 +72,7 @@ export function Lineage({ node }: { node: { type: LineageNodeType; id: number } 
       )}
       {graph.data && neighbours.length > 0 && (
         <>
-          <LineageView graph={graph.data} onOpen={(next) => navigate(href.lineage(next.type, next.id))} />
+          <LineageView graph={graph.data} stale={graph.isPlaceholderData} onOpen={(next) => navigate(href.lineage(next.type, next.id))} />
           <h2>Nodes</h2>
           <NodeList nodes={graph.data.nodes} />
         </>
