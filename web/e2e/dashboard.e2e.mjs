@@ -303,7 +303,7 @@ try {
   const runNode = graph.locator('.react-flow__node').filter({ has: exactly });
   await runNode.focus();
   // Enter goes to whatever holds focus: make sure that is the run's node, not the one clicked last.
-  await page.waitForFunction((node) => node === document.activeElement, await runNode.elementHandle());
+  await page.waitForFunction((node) => node === node.ownerDocument.activeElement, await runNode.elementHandle());
   await page.keyboard.press('Enter');
   await page.getByRole('heading', { name: `Lineage of run ${runName}` }).waitFor();
   check(true, 'Enter on a focused node moves there too (keyboard)');
