@@ -44,6 +44,7 @@ class OperatorContext:
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A control-plane call, off the event loop (the client is synchronous)."""
+        self.metrics.control_plane_calls.labels(getattr(fn, "__name__", "call")).inc()
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     def wake(self, uid: str) -> None:

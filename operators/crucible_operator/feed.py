@@ -7,6 +7,12 @@ plane's work (docs/scaling.md). Every change a loop must react to records a run 
 follower of GET /api/v1/events marks the changed runs and wakes their loops; the loops then
 read their run only when it changed, and otherwise reuse their last answer.
 
+Two kinds of event carry all a loop needs, so they wake it without marking the run changed
+(no read): a new checkpoint (its id, step and uri, for the resource's status) and a preempt
+request (the attempt to drain). A loop trusts the feed for these only once it covers the
+loop's own last look (`RunChanges.covers`): the feed starts "now", so what happened before its
+first answer, or while it was not answering, is read from the API as before.
+
 Events can become visible out of id order (two transactions commit in the other order than
 their ids were drawn), so each poll reaches back OVERLAP ids behind the cursor and skips
 events already seen. If the feed fails, `RunChanges.healthy()` turns False and the loops go
@@ -21,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crucible.schemas.runs import EventFeed
+from crucible.domain import reasons
+from crucible.schemas.runs import EventFeed, RunEventPublic
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +39,61 @@ REMEMBERED = 20_000  # event ids kept to skip the overlap's repeats
 HEALTHY_WITHIN = 10.0  # seconds since the feed last answered
 
 
+@dataclass(frozen=True)
+class CheckpointSeen:
+    id: int
+    step: int
+    uri: str
+
+
 @dataclass
 class RunChanges:
-    """What the follower tells the loops: which of their runs changed since they read them."""
+    """What the follower tells the loops: which of their runs changed since they read them,
+    and the checkpoints and preempt requests it saw for them since they last took those."""
 
     uids: dict[int, str] = field(default_factory=dict)  # run id -> its resource's uid
     changed: set[int] = field(default_factory=set)  # run ids
+    checkpoints: dict[int, CheckpointSeen] = field(default_factory=dict)  # highest step seen
+    preempt_requests: dict[int, set[int]] = field(default_factory=dict)  # run id -> attempts
     answered_at: float = float("-inf")  # time.monotonic() of the feed's last answer
+    first_answered_at: float | None = None  # from then on the feed has every event
 
     def healthy(self) -> bool:
         return time.monotonic() - self.answered_at < HEALTHY_WITHIN
+
+    def covers(self, looked_at: float | None) -> bool:
+        """Whether a loop that last read its run's checkpoints or events from the API at
+        `looked_at` (time.monotonic()) learns what happened since from the feed alone: the
+        feed answered first before that look and is answering now."""
+        return (
+            looked_at is not None
+            and self.first_answered_at is not None
+            and self.first_answered_at <= looked_at
+            and self.healthy()
+        )
+
+    def forget(self, run_id: int) -> None:
+        """The run's resource is gone from this operator."""
+        self.uids.pop(run_id, None)
+        self.changed.discard(run_id)
+        self.checkpoints.pop(run_id, None)
+        self.preempt_requests.pop(run_id, None)
+
+    def note(self, event: RunEventPublic) -> None:
+        """Take in one event of a run this operator reconciles."""
+        if event.type == reasons.EVENT_CHECKPOINT_REGISTERED:
+            seen = CheckpointSeen(
+                int(event.data["checkpoint_id"]), int(event.data["step"]), str(event.data["uri"])
+            )
+            kept = self.checkpoints.get(event.run_id)
+            if kept is None or seen.step > kept.step:
+                self.checkpoints[event.run_id] = seen
+        elif event.type == reasons.EVENT_PREEMPT_REQUESTED:
+            attempt = event.data.get("attempt")  # None: asked while no attempt was open
+            if isinstance(attempt, int):
+                self.preempt_requests.setdefault(event.run_id, set()).add(attempt)
+        else:
+            self.changed.add(event.run_id)
 
 
 class EventSource(Protocol):
@@ -61,6 +113,8 @@ class EventFollower:
         after = None if self.cursor is None else max(0, self.cursor - OVERLAP)
         page = await asyncio.to_thread(self.api.event_feed, after, PAGE)
         self.changes.answered_at = time.monotonic()
+        if self.changes.first_answered_at is None:
+            self.changes.first_answered_at = self.changes.answered_at
         woken = set()
         for event in page.items:
             if event.id in self.seen:
@@ -68,7 +122,7 @@ class EventFollower:
             self.seen[event.id] = None
             uid = self.changes.uids.get(event.run_id)
             if uid is not None:  # a run this operator reconciles
-                self.changes.changed.add(event.run_id)
+                self.changes.note(event)
                 woken.add(uid)
         for uid in woken:
             self.wake(uid)

@@ -151,8 +151,7 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
             ctx.wakeups.pop(uid, None)
             ctx.seen_versions.pop(uid, None)
             if tracked.run_id is not None:
-                ctx.changes.uids.pop(tracked.run_id, None)
-                ctx.changes.changed.discard(tracked.run_id)
+                ctx.changes.forget(tracked.run_id)
 
     @kopf.on.delete(*resource, registry=registry, id=f"record-deletion-{info.plural}")
     async def record_deletion(status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:

@@ -53,5 +53,11 @@ class OperatorMetrics:
             ["kind", "reason"],
             registry=self.registry,
         )
+        self.control_plane_calls = Counter(
+            "crucible_operator_control_plane_calls_total",
+            "Calls to the control plane's API from the reconcile loops, by client method.",
+            ["call"],
+            registry=self.registry,
+        )
         self.phases: dict[str, tuple[str, str]] = {}
         self.registry.register(_RunsByPhase(self.phases))

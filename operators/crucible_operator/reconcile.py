@@ -38,6 +38,7 @@ from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPubl
 from crucible_operator import gang, outcome, pods, registration
 from crucible_operator.context import RESOURCES, OperatorContext
 from crucible_operator.facts import Demand, NodeFacts, PodFacts, pod_facts
+from crucible_operator.feed import CheckpointSeen
 from crucible_operator.status import Condition, build_status, changed
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,11 @@ class Tracked:
     started: bool = False  # the open attempt was seen running
     stopping: outcome.Outcome | None = None  # why we are stopping the open attempt
     seen_event_id: int = 0
+    events_read_at: float | None = None  # time.monotonic() of the last read of its events
     scheduled: Condition | None = None
     last_phase: str = ""
     latest_step: int | None = None
+    checkpoint_read_at: float | None = None  # ... and of its latest checkpoint
     last_read: tuple[RunPublic, float] | None = None  # the last answer, at time.monotonic()
 
 
@@ -277,7 +280,7 @@ class Pass:
     async def _during_attempt(self, run: RunPublic, number: int) -> float | None:
         mine = self._attempt_pods()
         expected = pods.shape(self.kind, self.spec).pods
-        if self.tracked.stopping is None and run.phase is Phase.Running and not self.reused:
+        if self.tracked.stopping is None and run.phase is Phase.Running:
             await self._check_preempt_requests(run, number, mine)
         if self.tracked.stopping is None:
             if not self.tracked.started and len(mine) < expected:
@@ -378,16 +381,25 @@ class Pass:
         self, run: RunPublic, number: int, mine: Sequence[PodFacts]
     ) -> None:
         """`crucible runs preempt` on a Kubernetes run: delete its pods as a drain would
-        (SIGTERM, the grace period to checkpoint)."""
-        events = await self.ctx.call(
-            self.ctx.api.list_events, run.id, after_id=self.tracked.seen_event_id
-        )
-        if events:
-            self.tracked.seen_event_id = events[-1].id
-        if any(
-            e.type == reasons.EVENT_PREEMPT_REQUESTED and e.data.get("attempt") == number
-            for e in events
-        ):
+        (SIGTERM, the grace period to checkpoint). The requests come from the event feed once
+        it covers the last read of the run's events; otherwise from that read, repeated each
+        pass until the feed covers it (a request no longer marks the run changed)."""
+        from_feed = self.ctx.changes.covers(self.tracked.events_read_at)
+        asked: set[object]
+        if from_feed:
+            asked = set(self.ctx.changes.preempt_requests.get(run.id, ()))
+        else:
+            read_at = time.monotonic()
+            events = await self.ctx.call(
+                self.ctx.api.list_events, run.id, after_id=self.tracked.seen_event_id
+            )
+            self.tracked.events_read_at = read_at
+            if events:
+                self.tracked.seen_event_id = events[-1].id
+            asked = {
+                e.data.get("attempt") for e in events if e.type == reasons.EVENT_PREEMPT_REQUESTED
+            }
+        if number in asked:
             self.tracked.stopping = outcome.Outcome(
                 outcome.State.interrupted,
                 reasons.REASON_PREEMPTED,
@@ -396,6 +408,8 @@ class Pass:
             )
             await self._stop_pods(mine, grace=None)
             self._emit("Normal", reasons.EVENT_PREEMPT_REQUESTED, f"draining attempt {number}")
+        if from_feed:  # taken once acted on: a failed pass sees the request again
+            self.ctx.changes.preempt_requests.pop(run.id, None)
 
     async def _end_attempt(
         self, run: RunPublic, number: int, verdict: outcome.Outcome, mine: Sequence[PodFacts]
@@ -576,17 +590,12 @@ class Pass:
 
     async def _write_status(self, run: RunPublic) -> None:
         old = self.body.get("status") or {}
-        latest = old.get("latestCheckpoint") or {}
-        if run.kind == "train" and run.latest_step != self.tracked.latest_step:
-            # latest_step moves with metrics too; look the checkpoint up only then.
-            self.tracked.latest_step = run.latest_step
-            checkpoint = await self.ctx.call(self.ctx.api.latest_checkpoint, run.id)
-            if checkpoint is not None and latest.get("id") != checkpoint.id:
-                self.latest_checkpoint = {
-                    "id": checkpoint.id,
-                    "step": checkpoint.step,
-                    "uri": checkpoint.uri,
-                }
+        seen = self.ctx.changes.checkpoints.get(run.id)  # taken once the status shows it
+        if run.kind == "train":
+            newest = await self._newest_checkpoint(run, seen)
+            shown = old.get("latestCheckpoint") or {}
+            if newest is not None and newest.step > shown.get("step", -1):
+                self.latest_checkpoint = {"id": newest.id, "step": newest.step, "uri": newest.uri}
         if self.kind == "EvalJob" and run.phase is Phase.Succeeded and "results" not in old:
             self.results = self.results or await self._eval_results(run)
         status = build_status(
@@ -600,10 +609,31 @@ class Pass:
         )
         if changed(old, status):
             await self._patch_status(status)
+        if seen is not None and self.ctx.changes.checkpoints.get(run.id) is seen:
+            del self.ctx.changes.checkpoints[run.id]
         if run.phase.value != self.tracked.last_phase:
             self.ctx.metrics.phases[self.meta["uid"]] = (self.kind, run.phase.value)
             self.tracked.last_phase = run.phase.value
         self._flush_events()
+
+    async def _newest_checkpoint(
+        self, run: RunPublic, seen: CheckpointSeen | None
+    ) -> CheckpointSeen | None:
+        """The highest-step checkpoint registered since the status was last written: `seen`
+        by the event feed once it covers the last look-up; else looked up when the run's
+        latest step moved (which it also does with metrics) or never was."""
+        tracked = self.tracked
+        if self.ctx.changes.covers(tracked.checkpoint_read_at):
+            return seen
+        if tracked.checkpoint_read_at is not None and run.latest_step == tracked.latest_step:
+            return seen
+        read_at = time.monotonic()
+        checkpoint = await self.ctx.call(self.ctx.api.latest_checkpoint, run.id)
+        tracked.checkpoint_read_at, tracked.latest_step = read_at, run.latest_step
+        if checkpoint is None:
+            return seen
+        looked_up = CheckpointSeen(checkpoint.id, checkpoint.step, checkpoint.uri)
+        return seen if seen is not None and seen.step > looked_up.step else looked_up
 
     async def _patch_status(self, status: Mapping[str, Any]) -> None:
         resource = RESOURCES[self.kind]

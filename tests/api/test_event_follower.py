@@ -1,5 +1,6 @@
 """The operator's event follower against a real `crucible server`: it wakes the loops of the
-runs that changed, once per event, and says when the feed is not answering."""
+runs that changed, once per event, hands them new checkpoints and preempt requests without
+marking the run changed, and says when the feed is not answering."""
 
 import asyncio
 
@@ -7,8 +8,9 @@ import pytest
 
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import Phase
-from crucible.schemas.runs import PhaseReport, RunPublic, RunSubmit
-from crucible_operator.feed import EventFollower, RunChanges
+from crucible.schemas.lineage import CheckpointCreate
+from crucible.schemas.runs import AttemptStart, PhaseReport, RunPublic, RunSubmit
+from crucible_operator.feed import CheckpointSeen, EventFollower, RunChanges
 
 
 def submit(api: CrucibleClient, name: str) -> RunPublic:
@@ -45,6 +47,58 @@ def test_changed_runs_wake_their_loops_once(live_api: CrucibleClient) -> None:
     live_api.report_phase(ours.id, PhaseReport(phase=Phase.Running))
     asyncio.run(follower.poll())
     assert woken == ["uid-a"]
+
+
+def checkpoint(api: CrucibleClient, run: RunPublic, step: int) -> int:
+    created = api.register_checkpoint(
+        run.id,
+        CheckpointCreate(
+            step=step, uri=f"s3://ckpt/{run.id}/{step}", digest="sha256:" + "c" * 64, size_bytes=1
+        ),
+    )
+    return created.id
+
+
+def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
+    live_api: CrucibleClient,
+) -> None:
+    run = submit(live_api, "f-ckpt")
+    live_api.report_phase(run.id, PhaseReport(phase=Phase.Scheduling))
+    live_api.start_attempt(run.id, AttemptStart())
+    live_api.report_phase(run.id, PhaseReport(phase=Phase.Running))
+    changes = RunChanges(uids={run.id: "uid-ckpt"})
+    woken: list[str] = []
+    follower = EventFollower(live_api, changes, woken.append)
+    assert not changes.covers(0.0)  # no answer yet: a loop reads the API itself
+    asyncio.run(follower.poll())
+    assert changes.first_answered_at is not None
+    assert not changes.covers(changes.first_answered_at - 1)  # looked before the feed began
+    assert changes.covers(changes.first_answered_at)
+    asyncio.run(follower.poll())  # reads back over the overlap: the run's earlier events
+    changes.changed.clear()
+    woken.clear()
+
+    low = checkpoint(live_api, run, 100)
+    high = checkpoint(live_api, run, 300)
+    checkpoint(live_api, run, 200)  # a late upload of an older step is not the newest
+    live_api.preempt_run(run.id)
+    asyncio.run(follower.poll())
+    assert woken == ["uid-ckpt"]
+    assert changes.changed == set()  # nothing the loop has to read the run for
+    assert changes.checkpoints == {run.id: CheckpointSeen(high, 300, f"s3://ckpt/{run.id}/300")}
+    assert low != high
+    assert changes.preempt_requests == {run.id: {1}}
+
+    live_api.cancel_run(run.id)  # any other event still marks the run changed
+    asyncio.run(follower.poll())
+    assert changes.changed == {run.id}
+    changes.forget(run.id)
+    assert (changes.uids, changes.changed, changes.checkpoints, changes.preempt_requests) == (
+        {},
+        set(),
+        {},
+        {},
+    )
 
 
 def test_a_feed_that_does_not_answer_is_not_healthy() -> None:

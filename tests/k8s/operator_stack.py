@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -170,6 +171,17 @@ class Stack:
         response = self.http.post(f"/api/v1{path}", json=body)
         assert response.is_success, f"POST {path}: {response.status_code} {response.text}"
         return response.json()
+
+    def operator_calls(self) -> dict[str, float]:
+        """The operator's control-plane calls so far, by client method (its metrics)."""
+        text = httpx.get(f"http://127.0.0.1:{self.operator_metrics_port}/metrics").text
+        return {
+            sample.labels["call"]: sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "crucible_operator_control_plane_calls"
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
 
     def run_by_name(self, namespace: str, name: str) -> dict[str, Any] | None:
         runs = self.get("/runs", project=namespace, limit=1000)["items"]

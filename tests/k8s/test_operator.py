@@ -309,6 +309,59 @@ def test_an_eviction_is_an_interruption_and_the_next_attempt_resumes_from_the_ch
     assert resource(ns, "tr", "evicted")["status"]["latestCheckpoint"]["id"] == checkpoint["id"]
 
 
+def test_checkpoints_reach_the_status_and_a_preempt_request_drains_without_reading_the_run(
+    stack: Stack, ns: str
+) -> None:
+    """Both come with the event feed's wake-up (feed.py): the loop neither reads the run nor
+    looks the checkpoint or the events up for them."""
+    h.apply(training_run("asked", gpusPerNode=2), namespace=ns)
+    wait_running_pods(stack, ns, "asked", 1, 1)
+    wait_phase(stack, ns, "asked", "Running")
+    run = api_run(stack, ns, "asked")
+    before = stack.operator_calls()
+    checkpoints = []
+    for step in (100, 200, 300, 400, 500):
+        checkpoints.append(
+            stack.post(
+                f"/runs/{run['id']}/checkpoints",
+                {
+                    "step": step,
+                    "uri": f"s3://ckpt/{ns}/asked/{step}",
+                    "digest": "sha256:" + "b" * 64,
+                    "size_bytes": 1024,
+                },
+            )
+        )
+        stack.wait_for(
+            f"the status showing the checkpoint at step {step}",
+            lambda: (
+                (resource(ns, "tr", "asked")["status"].get("latestCheckpoint") or {}).get("id")
+                == checkpoints[-1]["id"]
+            ),
+            seconds=30,
+        )
+    during = stack.operator_calls()
+    stack.post(f"/runs/{run['id']}/preempt")
+    (resumed,) = wait_running_pods(stack, ns, "asked", 2, 1)
+    after = stack.operator_calls()
+
+    assert env_of(resumed)["CRUCIBLE_RESUME_FROM"] == str(checkpoints[-1]["id"])
+    attempts = stack.get(f"/runs/{run['id']}/attempts")
+    assert attempts[0]["end_reason"] == "Preempted"
+    assert attempts[1]["resumed_from_checkpoint_id"] == checkpoints[-1]["id"]
+
+    def calls(since: dict[str, float], until: dict[str, float], call: str) -> float:
+        return until.get(call, 0) - since.get(call, 0)
+
+    # A loop looks its run's latest checkpoint and events up once, before the feed covers
+    # them; not once per checkpoint, and not for the preempt request.
+    for call in ("latest_checkpoint", "list_events"):
+        assert calls(before, during, call) <= 1, call
+        assert calls(during, after, call) == 0, call
+    # Its own phase report may come back through the feed as a change; the checkpoints never.
+    assert calls(before, during, "get_run") < len(checkpoints)
+
+
 def test_an_oom_is_an_application_failure_and_spends_the_failure_budget(
     stack: Stack, ns: str
 ) -> None:

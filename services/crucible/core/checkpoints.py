@@ -12,6 +12,7 @@ from crucible.core.lookups import get_or_404
 from crucible.core.pagination import paginate
 from crucible.core.runs import load_run
 from crucible.db.tables import Attempt, Checkpoint, EvalResult, Run
+from crucible.domain import reasons
 from crucible.domain.enums import EdgeRelation, NodeType, Role
 from crucible.domain.errors import Conflict, NotFound
 from crucible.schemas.common import Page
@@ -79,7 +80,7 @@ def register_checkpoint(
     record_event(
         session,
         run_id=run.id,
-        type="CheckpointRegistered",
+        type=reasons.EVENT_CHECKPOINT_REGISTERED,
         message=f"checkpoint at step {checkpoint.step} registered",
         data={
             "checkpoint_id": checkpoint.id,

@@ -29,3 +29,4 @@ REASON_RESOURCE_DELETED = "ResourceDeleted"  # its custom resource vanished past
 
 # Event types other components act on
 EVENT_PREEMPT_REQUESTED = "PreemptRequested"  # the executor/operator drains the run
+EVENT_CHECKPOINT_REGISTERED = "CheckpointRegistered"  # the operator shows it in the status
