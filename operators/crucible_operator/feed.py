@@ -9,9 +9,12 @@ read their run only when it changed, and otherwise reuse their last answer.
 
 Two kinds of event carry all a loop needs, so they wake it without marking the run changed
 (no read): a new checkpoint (its id, step and uri, for the resource's status) and a preempt
-request (the attempt to drain). A loop trusts the feed for these only once it covers the
-loop's own last look (`RunChanges.covers`): the feed starts "now", so what happened before its
-first answer, or while it was not answering, is read from the API as before.
+request (the attempt to drain). Events the loop's last answer already shows change nothing
+either: most phase moves and attempt starts are the loop's own reports coming back, and a
+checkpoint's eval scores are read by the EvalJob's loop when it ends. A loop trusts the feed
+for checkpoints and preempt requests only once it covers the loop's own last look
+(`RunChanges.covers`): the feed starts "now", so what happened before its first answer, or
+while it was not answering, is read from the API as before.
 
 Events can become visible out of id order (two transactions commit in the other order than
 their ids were drawn), so each poll reaches back OVERLAP ids behind the cursor and skips
@@ -46,6 +49,14 @@ class CheckpointSeen:
     uri: str
 
 
+@dataclass(frozen=True)
+class Known:
+    """A run as its loop's last answer from the control plane showed it."""
+
+    phase: str
+    attempts: int
+
+
 @dataclass
 class RunChanges:
     """What the follower tells the loops: which of their runs changed since they read them,
@@ -55,6 +66,7 @@ class RunChanges:
     changed: set[int] = field(default_factory=set)  # run ids
     checkpoints: dict[int, CheckpointSeen] = field(default_factory=dict)  # highest step seen
     preempt_requests: dict[int, set[int]] = field(default_factory=dict)  # run id -> attempts
+    known: dict[int, Known] = field(default_factory=dict)  # told by the loops
     answered_at: float = float("-inf")  # time.monotonic() of the feed's last answer
     first_answered_at: float | None = None  # from then on the feed has every event
 
@@ -78,9 +90,12 @@ class RunChanges:
         self.changed.discard(run_id)
         self.checkpoints.pop(run_id, None)
         self.preempt_requests.pop(run_id, None)
+        self.known.pop(run_id, None)
 
-    def note(self, event: RunEventPublic) -> None:
-        """Take in one event of a run this operator reconciles."""
+    def note(self, event: RunEventPublic) -> bool:
+        """Take in one event of a run this operator reconciles; whether to wake its loop."""
+        if self._already_known(event):
+            return False
         if event.type == reasons.EVENT_CHECKPOINT_REGISTERED:
             seen = CheckpointSeen(
                 int(event.data["checkpoint_id"]), int(event.data["step"]), str(event.data["uri"])
@@ -94,6 +109,20 @@ class RunChanges:
                 self.preempt_requests.setdefault(event.run_id, set()).add(attempt)
         else:
             self.changed.add(event.run_id)
+        return True
+
+    def _already_known(self, event: RunEventPublic) -> bool:
+        if event.type == reasons.EVENT_EVAL_RESULT_RECORDED:
+            return True  # recorded on the checkpoint's run, whose loop shows no scores
+        known = self.known.get(event.run_id)
+        if known is None:
+            return False
+        if event.type == reasons.EVENT_PHASE_CHANGED:
+            return event.data.get("phase") == known.phase
+        if event.type == reasons.EVENT_ATTEMPT_STARTED:
+            attempt = event.data.get("attempt")
+            return isinstance(attempt, int) and attempt <= known.attempts
+        return False
 
 
 class EventSource(Protocol):
@@ -121,8 +150,7 @@ class EventFollower:
                 continue
             self.seen[event.id] = None
             uid = self.changes.uids.get(event.run_id)
-            if uid is not None:  # a run this operator reconciles
-                self.changes.note(event)
+            if uid is not None and self.changes.note(event):  # a run this operator reconciles
                 woken.add(uid)
         for uid in woken:
             self.wake(uid)

@@ -38,7 +38,7 @@ from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPubl
 from crucible_operator import gang, outcome, pods, registration
 from crucible_operator.context import RESOURCES, OperatorContext
 from crucible_operator.facts import Demand, NodeFacts, PodFacts, pod_facts
-from crucible_operator.feed import CheckpointSeen
+from crucible_operator.feed import CheckpointSeen, Known
 from crucible_operator.status import Condition, build_status, changed
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,7 @@ class Pass:
             run = await self._read(run.id)
         await self._write_status(run)
         self.tracked.last_read = (run, self.read_at)
+        self._know(run)
         return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
 
     async def _step(self, run: RunPublic) -> float | None:
@@ -209,11 +210,18 @@ class Pass:
         self.ctx.changes.changed.discard(run_id)  # a change from now on marks it again
         run: RunPublic = await self.ctx.call(self.ctx.api.get_run, run_id)
         self.read_at = time.monotonic()
+        self._know(run)
         return run
 
     def _learn(self, run: RunPublic) -> None:
         self.tracked.run_id = run.id
         self.ctx.changes.uids[run.id] = self.meta["uid"]
+        self._know(run)
+
+    def _know(self, run: RunPublic) -> None:
+        """Tell the event follower what this loop's latest answer shows, as soon as it has
+        it, so that the events of its own reports do not make it read the run again."""
+        self.ctx.changes.known[run.id] = Known(run.phase.value, run.attempt_count)
 
     async def _load_attempts(self, run: RunPublic) -> None:
         attempts = (
@@ -267,6 +275,7 @@ class Pass:
             return POLL_SOON
         if self.latest is not None:
             self.latest = self.latest.model_copy(update={"attempt_count": attempt.number})
+            self._know(self.latest)
         self.tracked.open_attempt = attempt.number
         self.tracked.started = False
         self.tracked.stopping = None
@@ -551,6 +560,7 @@ class Pass:
                 PhaseReport(phase=phase, reason=reason, message=message[:4000]),
             )
             self.read_at = time.monotonic()
+            self._know(self.latest)
         except ApiError as exc:
             if exc.status != 409:
                 raise

@@ -8,9 +8,9 @@ import pytest
 
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import Phase
-from crucible.schemas.lineage import CheckpointCreate
+from crucible.schemas.lineage import CheckpointCreate, EvalResultCreate
 from crucible.schemas.runs import AttemptStart, PhaseReport, RunPublic, RunSubmit
-from crucible_operator.feed import CheckpointSeen, EventFollower, RunChanges
+from crucible_operator.feed import CheckpointSeen, EventFollower, Known, RunChanges
 
 
 def submit(api: CrucibleClient, name: str) -> RunPublic:
@@ -99,6 +99,51 @@ def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
         {},
         {},
     )
+
+
+def test_events_the_loops_last_answer_already_shows_wake_nobody(live_api: CrucibleClient) -> None:
+    run = submit(live_api, "f-known")
+    changes = RunChanges(uids={run.id: "uid-known"})
+    woken: list[str] = []
+    follower = EventFollower(live_api, changes, woken.append)
+    asyncio.run(follower.poll())
+    asyncio.run(follower.poll())  # the overlap: the run's earlier events
+    changes.changed.clear()
+    woken.clear()
+
+    # The loop's own reports, each answer told to the follower (reconcile.Pass._know) before
+    # the follower's next poll, as the seconds between them on a cluster make it.
+    live_api.report_phase(run.id, PhaseReport(phase=Phase.Scheduling))
+    changes.known[run.id] = Known(Phase.Scheduling.value, 0)
+    asyncio.run(follower.poll())
+    live_api.start_attempt(run.id, AttemptStart())
+    changes.known[run.id] = Known(Phase.Scheduling.value, 1)
+    asyncio.run(follower.poll())
+    live_api.report_phase(run.id, PhaseReport(phase=Phase.Running))
+    changes.known[run.id] = Known(Phase.Running.value, 1)
+    asyncio.run(follower.poll())
+    assert changes.changed == set() and woken == []  # none of them needs a read
+
+    saved = checkpoint(live_api, run, 10)
+    live_api.record_eval(EvalResultCreate(checkpoint_id=saved, suite="heldout", scores={"acc": 1}))
+    asyncio.run(follower.poll())
+    assert changes.changed == set()
+    assert woken == ["uid-known"]  # the checkpoint, for the status
+    assert changes.checkpoints[run.id].id == saved
+
+    # A report's event seen only after the loop moved on is not the phase it knows: one read
+    # too many, never a change missed.
+    live_api.report_phase(run.id, PhaseReport(phase=Phase.Interrupted))
+    changes.known[run.id] = Known(Phase.Recovering.value, 1)
+    asyncio.run(follower.poll())
+    assert changes.changed == {run.id}
+    changes.changed.clear()
+    changes.known[run.id] = Known(Phase.Interrupted.value, 1)
+
+    live_api.cancel_run(run.id)  # a move the loop did not make
+    woken.clear()
+    asyncio.run(follower.poll())
+    assert changes.changed == {run.id} and woken == ["uid-known"]
 
 
 def test_a_feed_that_does_not_answer_is_not_healthy() -> None:

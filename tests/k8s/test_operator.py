@@ -7,6 +7,8 @@ deployment runs (tests/k8s/operator_stack.py)."""
 from __future__ import annotations
 
 import json
+import select
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -508,9 +510,21 @@ def test_the_operator_killed_mid_reconcile_converges_without_duplicates_or_orpha
 ) -> None:
     count = 50
     tolerate = {"tolerations": [{"key": GPU, "operator": "Exists"}]}
-    h.apply(*[training_run(f"r{i}", scheduling=tolerate) for i in range(count)], namespace=ns)
-    stack.wait_for("the first pod", lambda: len(pods_of_namespace(ns)) >= 1)
-    stack.operator.kill()  # SIGKILL, mid-reconcile of the rest
+    # Killed the moment the first pod appears (a watch, not a poll: between two polls a fast
+    # operator can take all 50 to Running, and the test would then prove nothing).
+    watch = subprocess.Popen(
+        ["kubectl", "-n", ns, "get", "pods", "--watch", "-o", "name"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        h.apply(*[training_run(f"r{i}", scheduling=tolerate) for i in range(count)], namespace=ns)
+        first_pod, _, _ = select.select([watch.stdout], [], [], 90)
+        assert first_pod, f"no pod within 90 s\n{stack.logs()}"
+        stack.operator.kill()  # SIGKILL, mid-reconcile of the rest
+    finally:
+        watch.kill()
+        watch.wait()
     # Counted after the kill (a dead operator writes no status): reading first would give a
     # fast operator the time to finish before the kill.
     running_at_kill = [

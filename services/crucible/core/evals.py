@@ -9,6 +9,7 @@ from crucible.core.events import record_event
 from crucible.core.lineage import add_edge, link_checkpoint_input
 from crucible.core.runs import load_run
 from crucible.db.tables import Checkpoint, EvalResult, Run
+from crucible.domain import reasons
 from crucible.domain.enums import EdgeRelation, NodeType, Role, RunKind
 from crucible.domain.errors import Conflict, InvalidInput, NotFound
 from crucible.schemas.lineage import EvalResultCreate, EvalResultPublic
@@ -85,7 +86,7 @@ def record_result(
     record_event(
         session,
         run_id=run.id,
-        type="EvalResultRecorded",
+        type=reasons.EVENT_EVAL_RESULT_RECORDED,
         message=f"{result.suite} scored the checkpoint at step {checkpoint.step}",
         data={
             "eval_result_id": result.id,

@@ -283,7 +283,7 @@ def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str
     record_event(
         session,
         run_id=run.id,
-        type="PhaseChanged",
+        type=reasons.EVENT_PHASE_CHANGED,
         reason=reason,
         message=message,
         data={"phase": phase.value},
@@ -338,7 +338,7 @@ def start_attempt(
     record_event(
         session,
         run_id=run.id,
-        type="AttemptStarted",
+        type=reasons.EVENT_ATTEMPT_STARTED,
         reason=attempt_in.reason.value,
         message=f"attempt {attempt.number} started",
         data={

@@ -30,3 +30,7 @@ REASON_RESOURCE_DELETED = "ResourceDeleted"  # its custom resource vanished past
 # Event types other components act on
 EVENT_PREEMPT_REQUESTED = "PreemptRequested"  # the executor/operator drains the run
 EVENT_CHECKPOINT_REGISTERED = "CheckpointRegistered"  # the operator shows it in the status
+# Told apart by the operator's event follower (feed.py): which ones its loop already knows
+EVENT_PHASE_CHANGED = "PhaseChanged"
+EVENT_ATTEMPT_STARTED = "AttemptStarted"
+EVENT_EVAL_RESULT_RECORDED = "EvalResultRecorded"
