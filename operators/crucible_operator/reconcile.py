@@ -114,7 +114,6 @@ class Pass:
         self.stale = False  # something changed it that no answer showed
         self.latest_checkpoint: dict[str, Any] | None = None
         self.read_at = time.monotonic()  # when the control plane last answered about the run
-        self.reused = False  # this pass reuses an earlier pass's answer (nothing changed)
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -159,7 +158,6 @@ class Pass:
         last = self.tracked.last_read
         if last is not None and self._still_current(last[1]):
             self.read_at = last[1]
-            self.reused = True
             return last[0]
         if run_id:
             try:

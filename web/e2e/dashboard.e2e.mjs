@@ -294,8 +294,8 @@ try {
   await graph.locator('.react-flow__node').filter({ hasText: 'sums@1' }).click();
   await page.getByRole('heading', { name: 'Lineage of dataset sums@1' }).waitFor();
   check(page.url().includes('#/lineage/dataset_version/'), 'clicking a node moves the explorer to it');
-  // Until the dataset's graph arrives the checkpoint's stays up, marked busy; a node focused in it
-  // loses focus when the new graph re-lays the nodes out, and Enter would then do nothing.
+  // Until the dataset's graph arrives the checkpoint's stays up, marked busy: act on the
+  // dataset's own graph, not on the one it replaces.
   await page.locator('[data-testid="lineage-graph"][aria-busy="false"]').waitFor();
   await graph.locator('.react-flow__node').filter({ hasText: runName }).first().waitFor();
   check(true, 'the dataset shows the run that read it');

@@ -42,8 +42,8 @@ const nodeTypes = { entity: Entity };
 /**
  * The lineage graph laid out by dagre and drawn by React Flow; clicking a node calls `onOpen`
  * with it, which the explorer uses to re-centre the graph there. `stale` marks a graph that is
- * still the previous node's while the new one loads (dimmed, `aria-busy`): its nodes are about to
- * be re-laid out, so a node focused now may be moved and lose focus.
+ * still the previous node's while the new one loads (dimmed, `aria-busy`): what it shows is about
+ * to be replaced.
  */
 export function LineageView({
   graph,
