@@ -4,6 +4,8 @@
 #   scripts/cluster.d/build.sh            # build what is missing, print the bin dir
 #   scripts/cluster.d/build.sh --key      # print the cache key only
 #   scripts/cluster.d/build.sh --bin-dir  # print the bin dir only (builds nothing)
+#   scripts/cluster.d/build.sh --pause-source  # path of the release's pause.c (the pod
+#                                              # sandbox scripts/images compiles)
 #
 # Binaries go to ${CRUCIBLE_CACHE:-$HOME/.cache/crucible}/k8s/<key>/bin and are rebuilt
 # only when missing. All progress goes to stderr; stdout is only the bin dir.
@@ -31,6 +33,8 @@ case "$go_version" in
 esac
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${go_version}_r${BUILD_REV}"
+# Binaries added later (kubelet, kube-proxy, coredns) are built into the same folder when
+# missing, so adding one does not rebuild the rest.
 cache_root="${CRUCIBLE_CACHE:-$HOME/.cache/crucible}"
 dest="$cache_root/k8s/$key"
 bin="$dest/bin"
@@ -38,12 +42,17 @@ bin="$dest/bin"
 case "${1:-}" in
   --key) echo "$key"; exit 0 ;;
   --bin-dir) echo "$bin"; exit 0 ;;
+  --pause-source)
+    dir="$(cd "$here/k8s" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
+      | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+    [[ -f "$dir/build/pause/linux/pause.c" ]] || die "no build/pause/linux/pause.c in k8s.io/kubernetes@${K8S_VERSION}"
+    echo "$dir/build/pause/linux/pause.c"; exit 0 ;;
   "") ;;
   *) die "unknown argument: $1" ;;
 esac
 
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-all_bins=("${k8s_bins[@]}" etcd kwok helm)
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+all_bins=("${k8s_bins[@]}" etcd kwok helm coredns)
 
 missing() { local b; for b in "$@"; do [[ -x "$bin/$b" ]] || echo "$b"; done; }
 
@@ -137,6 +146,15 @@ if [[ -n "$(missing helm)" ]]; then
   retry "go install (helm)" env GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ld" \
       "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" || die "building helm ${HELM_VERSION} failed"
   mv -f "$tmp/helm" "$bin/helm"
+fi
+
+# --- coredns ---------------------------------------------------------------------------------
+if [[ -n "$(missing coredns)" ]]; then
+  log "building coredns ${COREDNS_VERSION}"
+  ld="-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_VERSION}"
+  retry "go install (coredns)" env GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ld" \
+      "github.com/coredns/coredns@${COREDNS_VERSION}" || die "building coredns ${COREDNS_VERSION} failed"
+  mv -f "$tmp/coredns" "$bin/coredns"
 fi
 
 rmdir "$tmp" 2>/dev/null || true
