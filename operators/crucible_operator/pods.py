@@ -24,7 +24,12 @@ class PodOptions:
     token_secret: str  # Secret (in the run's namespace) whose `token` key pods use
     default_image: str  # for specs without `image`
     checkpoint_root: str = "file:///checkpoints"  # default CRUCIBLE_CHECKPOINT_URI prefix
-    checkpoint_claim: str | None = None  # PersistentVolumeClaim mounted at /checkpoints
+    # A ReadWriteMany PersistentVolumeClaim (of that name in each run's namespace) mounted
+    # at `storage_path` in every pod: the run's checkpoints and the files it publishes go
+    # there, under runs/<run id>/, where the next pod, the evals and the workers (which
+    # mount the same storage at the same path) read them.
+    storage_claim: str | None = None
+    storage_path: str = "/crucible-data"
     grace_seconds: int = 300  # long enough to write a checkpoint after SIGTERM
     shm_limit: str | None = None  # /dev/shm size limit (memory-backed)
     run_as_user: int = 1000
@@ -160,6 +165,11 @@ def build_pods(
     master = f"{naming.pod_name(name, attempt.number, 0)}.{naming.service_name(name)}"
     master += f".{namespace}.svc"
     checkpoint_uri = f"{options.checkpoint_root.rstrip('/')}/{namespace}/{name}"
+    shared: dict[str, str] = {}
+    if options.storage_claim:
+        run_dir = f"{options.storage_path.rstrip('/')}/runs/{attempt.run_id}"
+        checkpoint_uri = f"file://{run_dir}/checkpoints"
+        shared["CRUCIBLE_OUTPUTS_DIR"] = f"{run_dir}/outputs"
     base_env = {
         "CRUCIBLE_API_URL": options.api_url,
         "CRUCIBLE_HOME": "/workspace",
@@ -173,6 +183,7 @@ def build_pods(
             termination_log=contract.KUBERNETES_TERMINATION_LOG,
         ),
     }
+    base_env = {**shared, **base_env}  # the spec's own env still wins
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", **_size(options.shm_limit)}},
         {"name": "workspace", "emptyDir": {}},
@@ -181,14 +192,11 @@ def build_pods(
         {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory volume, by design
         {"name": "workspace", "mountPath": "/workspace"},
     ]
-    if options.checkpoint_claim:
+    if options.storage_claim:
         volumes.append(
-            {
-                "name": "checkpoints",
-                "persistentVolumeClaim": {"claimName": options.checkpoint_claim},
-            }
+            {"name": "storage", "persistentVolumeClaim": {"claimName": options.storage_claim}}
         )
-        mounts.append({"name": "checkpoints", "mountPath": "/checkpoints"})
+        mounts.append({"name": "storage", "mountPath": options.storage_path})
     pods = []
     for rank in range(sh.pods):
         env = dict(base_env)

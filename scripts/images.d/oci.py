@@ -1,8 +1,8 @@
 """Reads and slices scripts/images' OCI layout (stdlib only; run by the host's python3).
 
-  oci.py digest LAYOUT TAG          the manifest digest of TAG
-  oci.py single LAYOUT TAG REF OUT  OUT/: a layout holding only TAG, named REF for
-                                    containerd, its blobs links into LAYOUT (for `ctr import`)
+oci.py digest LAYOUT TAG          the manifest digest of TAG
+oci.py single LAYOUT TAG REF OUT  OUT/: a layout holding only TAG, named REF for
+                                  containerd, its blobs links into LAYOUT (for `ctr import`)
 """
 
 import json

@@ -74,6 +74,7 @@ class Cluster:
 
     kubeconfig: str
     bin_dir: str
+    host_ip: str | None = None  # where the real node's pods reach this machine; None: no node
 
     @property
     def kubectl_path(self) -> str:
@@ -129,7 +130,12 @@ def cluster_up(nodes: int | None = None, timeout: float = 3600) -> Cluster:
         bin_dir = shlex.split(path_value.split(':"$PATH"')[0])[0]
     except (KeyError, IndexError) as exc:
         raise RuntimeError(f"unexpected output from scripts/cluster up: {proc.stdout!r}") from exc
-    return Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir)
+    host_ip = exports.get("CRUCIBLE_CLUSTER_HOST_IP")
+    return Cluster(
+        kubeconfig=kubeconfig,
+        bin_dir=bin_dir,
+        host_ip=shlex.split(host_ip)[0] if host_ip else None,
+    )
 
 
 # --- kubectl ---------------------------------------------------------------------------

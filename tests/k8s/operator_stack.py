@@ -99,13 +99,17 @@ class Stack:
         kube_env: dict[str, str],
         suffix: str = "operator",
         broker_database: int = 8,
+        host: str = "127.0.0.1",
+        operator_args: tuple[str, ...] = ("--default-image", "crucible-test:none"),
     ) -> None:
         """`broker_database`: the Redis database of the Celery queue; a stack running
-        while the tests' stack runs needs another one."""
+        while the tests' stack runs needs another one. `host`: where the server listens
+        and everyone reaches it (the real node's pods: the host's address on their bridge).
+        """
         workdir.mkdir(parents=True, exist_ok=True)
         self.database_url = _fresh_database(suffix)
         port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{host}:{port}"
         env = {k: v for k, v in kube_env.items() if not k.startswith("CRUCIBLE_")}
         env |= {
             "CRUCIBLE_HOME": str(workdir / "home"),
@@ -118,7 +122,7 @@ class Stack:
         }
         self.env = env
         self.server = Process(
-            "server", ["server", "--port", str(port)], env, workdir / "server.log"
+            "server", ["server", "--host", host, "--port", str(port)], env, workdir / "server.log"
         )
         self.worker = Process(
             "worker", ["worker", "--concurrency", "2", "--beat"], env, workdir / "worker.log"
@@ -128,8 +132,7 @@ class Stack:
             "operator",
             [
                 "operator",
-                "--default-image",
-                "crucible-test:none",
+                *operator_args,
                 "--metrics-port",
                 str(self.operator_metrics_port),
             ],

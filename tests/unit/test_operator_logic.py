@@ -2,6 +2,7 @@
 (gang.fit), what the pods look like (pods.build_pods) and how conditions move
 (status.merge_conditions). The cluster-facing behaviour is tested in tests/k8s."""
 
+import dataclasses
 import random
 import re
 from datetime import UTC, datetime, timedelta
@@ -337,6 +338,32 @@ def test_a_single_pod_runs_the_command_itself_with_the_default_image() -> None:
     assert container["command"] == ["python", "-m", "crucible.workloads.eval", "--fast"]
     assert "MASTER_ADDR" not in env(built) and "CRUCIBLE_RESUME_FROM" not in env(built)
     assert "hostname" not in built["spec"]
+
+
+def test_with_a_storage_claim_checkpoints_and_published_files_go_to_the_shared_volume() -> None:
+    options = dataclasses.replace(OPTIONS, storage_claim="shared", storage_path="/data")
+    (built,) = pods.build_pods(
+        body(),
+        "TrainingRun",
+        pods.Attempt(run_id=9, number=2, resume_from=None, inputs=None),
+        options,
+    )
+    values = env(built)
+    # Under the run's id, not its name: a name used again by a later run is another run.
+    assert values["CRUCIBLE_CHECKPOINT_URI"] == "file:///data/runs/9/checkpoints"
+    assert values["CRUCIBLE_OUTPUTS_DIR"] == "/data/runs/9/outputs"
+    volume = next(v for v in built["spec"]["volumes"] if v["name"] == "storage")
+    assert volume["persistentVolumeClaim"] == {"claimName": "shared"}
+    mounts = built["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "storage", "mountPath": "/data"} in mounts
+    # The spec's own checkpoint storage still wins.
+    (own,) = pods.build_pods(
+        body(checkpoints={"storage": "s3://b/x"}),
+        "TrainingRun",
+        pods.Attempt(run_id=9, number=2, resume_from=None, inputs=None),
+        options,
+    )
+    assert env(own)["CRUCIBLE_CHECKPOINT_URI"] == "s3://b/x"
 
 
 def test_kueue_queues_admit_the_pods_instead_of_the_gang_gate() -> None:

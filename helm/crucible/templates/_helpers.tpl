@@ -198,6 +198,23 @@ envFrom:
     sizeLimit: 1Gi
 {{- end -}}
 
+{{/* The shared storage (storage.claim), at the path where workload pods have it, so that
+the workers' checkpoint checks and the API read the same file:// URIs the pods wrote. */}}
+{{- define "crucible.storageVolumeMount" -}}
+{{- with .Values.storage.claim }}
+- name: storage
+  mountPath: {{ $.Values.storage.path }}
+{{- end }}
+{{- end -}}
+
+{{- define "crucible.storageVolume" -}}
+{{- with .Values.storage.claim }}
+- name: storage
+  persistentVolumeClaim:
+    claimName: {{ . }}
+{{- end }}
+{{- end -}}
+
 {{- define "crucible.imagePullSecrets" -}}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:

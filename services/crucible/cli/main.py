@@ -176,9 +176,17 @@ def operator(
     token_secret: Annotated[
         str, typer.Option(help="Secret (per namespace, key `token`) workload pods read.")
     ] = "crucible-workload-token",  # noqa: S107 - a Secret name, not a secret
-    checkpoint_claim: Annotated[
-        str | None, typer.Option(help="PersistentVolumeClaim mounted at /checkpoints.")
+    storage_claim: Annotated[
+        str | None,
+        typer.Option(
+            help="ReadWriteMany PersistentVolumeClaim (in each run's namespace) mounted in "
+            "every workload pod: checkpoints and published files go there."
+        ),
     ] = None,
+    storage_path: Annotated[
+        str,
+        typer.Option(help="Where pods mount --storage-claim (the workers mount it there too)."),
+    ] = "/crucible-data",
     grace_seconds: Annotated[
         int, typer.Option(min=0, help="Pods' termination grace: time to checkpoint.")
     ] = 300,
@@ -200,12 +208,17 @@ def operator(
     from crucible_operator.main import OperatorConfig, run_operator
     from crucible_operator.pods import PodOptions
 
+    if not storage_path.startswith("/"):
+        raise typer.BadParameter(
+            f"must be an absolute path, got {storage_path!r}", param_hint="--storage-path"
+        )
     settings = load_settings()
     options = PodOptions(
         api_url=workload_api_url or settings.api_url,
         token_secret=token_secret,
         default_image=default_image,
-        checkpoint_claim=checkpoint_claim,
+        storage_claim=storage_claim,
+        storage_path=storage_path,
         grace_seconds=grace_seconds,
     )
     config = OperatorConfig(

@@ -4,6 +4,8 @@ The API URL, token and home directory come from `crucible.settings`; these are t
 only a workload process has.
 """
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,6 +20,11 @@ class RunEnvironment(BaseSettings):
     resume_from: str | None = Field(
         default=None,
         description="Checkpoint id or URI to resume from; default: the run's latest checkpoint.",
+    )
+    outputs_dir: Path | None = Field(
+        default=None,
+        description="Where the run writes the files it publishes (on Kubernetes, a volume "
+        "every pod reaches); default: $CRUCIBLE_HOME/runs/<run_id>/outputs.",
     )
     checkpoint_uri: str | None = Field(
         default=None,

@@ -46,6 +46,7 @@ class Run:
         run_id: int,
         attempt: int | None,
         checkpoint_uri: str,
+        outputs_dir: Path,
         resume_from: str | None,
         max_buffered_points: int,
         flush_interval: float,
@@ -57,6 +58,7 @@ class Run:
         self.attempt = attempt
         self.rank = distributed.rank()
         self.checkpoint_uri = checkpoint_uri
+        self._outputs_dir = outputs_dir
         self._resume_from = resume_from
         self._settings = settings
         self._client = CrucibleClient.from_settings(settings)
@@ -215,11 +217,10 @@ class Run:
 
     @property
     def outputs_dir(self) -> Path:
-        """`$CRUCIBLE_HOME/runs/<run>/outputs`, created: where the run writes the files it
-        publishes."""
-        path = self._settings.home / "runs" / str(self.id) / "outputs"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """Where the run writes the files it publishes, created: CRUCIBLE_OUTPUTS_DIR (on
+        Kubernetes, storage every pod reaches), else `$CRUCIBLE_HOME/runs/<run>/outputs`."""
+        self._outputs_dir.mkdir(parents=True, exist_ok=True)
+        return self._outputs_dir
 
     @property
     def project(self) -> str:
@@ -310,6 +311,7 @@ def init(
         run_id=run_id,
         attempt=attempt if attempt is not None else environment.attempt,
         checkpoint_uri=checkpoint_uri or environment.checkpoint_uri or default_uri,
+        outputs_dir=environment.outputs_dir or settings.home / "runs" / str(run_id) / "outputs",
         resume_from=resume_from if resume_from is not None else environment.resume_from,
         max_buffered_points=max_buffered_points,
         flush_interval=flush_interval,

@@ -1,0 +1,308 @@
+"""The real node of the test cluster (scripts/cluster.d/node.sh) with the images built from
+this tree (scripts/images): containers really run there, as a non-root user, with cluster
+DNS and the host reachable; and the post-training loop applied with kubectl runs end to end
+on real pods, handing datasets and checkpoints from pod to pod through a shared volume."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crucible.client import ApiError, CrucibleClient
+from crucible.demo.loop import QUICK, loop_manifests
+from crucible.domain.enums import Phase
+from tests.k8s import cluster_helpers as h
+from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
+from tests.servers import free_port
+
+pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO_ROOT / "helm" / "crucible" / "crds"
+REAL_NODE = "crucible-node-0"
+REAL_NODE_LABEL = "crucible.dev/real-node"
+ON_REAL_NODE = {
+    "nodeSelector": {REAL_NODE_LABEL: "true"},
+    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+}
+CLAIM = "crucible-storage"
+
+
+@pytest.fixture(scope="module")
+def host_ip(cluster: h.Cluster) -> str:
+    if cluster.host_ip is None:
+        pytest.fail("the cluster has no real node (started with CRUCIBLE_REAL_NODE=0?)")
+    return cluster.host_ip
+
+
+@pytest.fixture(scope="module")
+def workload_image(cluster: h.Cluster) -> str:
+    """The workload image of this tree, built (cached by content) and in the node's
+    containerd: `scripts/images load workload`."""
+    proc = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "images"), "load", "workload"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=cluster.env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for line in proc.stdout.splitlines():
+        if line.startswith("export CRUCIBLE_WORKLOAD_IMAGE="):
+            return shlex.split(line.partition("=")[2])[0]
+    raise AssertionError(f"scripts/images printed no workload image: {proc.stdout!r}")
+
+
+def _pod(name: str, image: str, command: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            **ON_REAL_NODE,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "command": command,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _wait_pod_done(namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = h.get_pod(namespace, name)
+        if pod and pod["status"].get("phase") in ("Succeeded", "Failed"):
+            return pod
+        if time.monotonic() > deadline:
+            events = h.kubectl("get", "events", "-o", "wide", namespace=namespace, check=False)
+            raise AssertionError(f"pod {name} not done after {timeout}s: {pod}\n{events}")
+        time.sleep(0.5)
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello from the host"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+PROBE = """
+import json, os, socket, urllib.request
+import torch, crucible
+out = {"uid": os.getuid(), "gid": os.getgid(), "torch": torch.__version__,
+       "add": torch.tensor([2.0]).add(3).item()}
+out["kubernetes"] = socket.gethostbyname("kubernetes.default.svc.cluster.local")
+try:
+    socket.gethostbyname("deb.debian.org")
+    out["outside"] = "resolved"
+except OSError as exc:
+    out["outside"] = type(exc).__name__
+out["host"] = urllib.request.urlopen(os.environ["HOST_URL"], timeout=10).read().decode()
+try:
+    open("/opt/crucible/x", "w")
+    out["root_fs"] = "writable"
+except OSError:
+    out["root_fs"] = "read-only"
+print(json.dumps(out))
+"""
+
+
+def test_a_pod_runs_the_workload_image_non_root_with_cluster_dns_and_the_host_reachable(
+    namespace: str, host_ip: str, workload_image: str
+) -> None:
+    server = http.server.ThreadingHTTPServer((host_ip, free_port()), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        pod = _pod("probe", workload_image, ["python", "-c", PROBE])
+        pod["spec"]["containers"][0]["env"] = [
+            {"name": "HOST_URL", "value": f"http://{host_ip}:{server.server_address[1]}/"}
+        ]
+        h.create(pod, namespace=namespace)
+        done = _wait_pod_done(namespace, "probe", timeout=180)
+    finally:
+        server.shutdown()
+    logs = h.kubectl("logs", "probe", namespace=namespace, check=False)
+    assert done["status"]["phase"] == "Succeeded", f"{done['status']}\n{logs}"
+    assert done["spec"]["nodeName"] == REAL_NODE
+    out = json.loads(logs.strip().splitlines()[-1])
+    assert (out["uid"], out["gid"]) == (1000, 1000)
+    assert out["add"] == 5.0 and out["torch"].startswith("2.")
+    assert out["kubernetes"] == "10.96.0.1"  # the `kubernetes` Service, through CoreDNS
+    assert out["outside"] == "gaierror"  # no upstream DNS: nothing resolves off the cluster
+    assert out["host"] == "hello from the host"
+    assert out["root_fs"] == "read-only"
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared volume's backing directory: a hostPath PersistentVolume in the test
+    cluster, mounted at this same path in every pod, so the workers (processes on this
+    machine) read the checkpoints' file:// URIs as the pods wrote them."""
+    path = tmp_path_factory.mktemp("shared")
+    path.chmod(0o1777)  # the pods' user (1000) writes here
+    return path
+
+
+@pytest.fixture(scope="module")
+def real_stack(
+    cluster: h.Cluster,
+    host_ip: str,
+    workload_image: str,
+    shared_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
+    h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
+    for plural in ("trainingruns", "rolloutjobs", "evaljobs"):
+        h.kubectl("wait", "--for=condition=Established", f"crd/{plural}.crucible.dev")
+    stack = Stack(
+        tmp_path_factory.mktemp("real-stack"),
+        cluster.env(),
+        suffix="realnode",
+        broker_database=9,
+        host=host_ip,
+        operator_args=(
+            "--default-image",
+            workload_image,
+            "--storage-claim",
+            CLAIM,
+            "--storage-path",
+            str(shared_dir),
+            "--grace-seconds",
+            "60",
+        ),
+    )
+    stack.start()
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def storage_ns(namespace: str, shared_dir: Path, real_stack: Stack) -> Iterator[str]:
+    """A namespace with the shared claim bound to the shared directory."""
+    volume = f"{namespace}-storage"
+    h.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": str(shared_dir), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": CLAIM},
+            },
+        }
+    )
+    h.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": CLAIM},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+        namespace=namespace,
+    )
+    yield namespace
+    h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
+    h.kubectl("delete", "pv", volume, "--wait=false", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
+    storage_ns: str, real_stack: Stack, shared_dir: Path
+) -> None:
+    manifests = loop_manifests("rn", QUICK)
+    for manifest in manifests:
+        manifest["metadata"]["namespace"] = storage_ns
+        manifest["spec"]["scheduling"] = ON_REAL_NODE
+    items = {"apiVersion": "v1", "kind": "List", "items": manifests}
+    h.kubectl("apply", "-f", "-", input=json.dumps(items))
+    names = [m["metadata"]["name"] for m in manifests]
+
+    with CrucibleClient(real_stack.url, ADMIN_TOKEN) as api:
+
+        def finished() -> list[Any] | None:
+            try:
+                listed = api.list_runs(project=storage_ns, limit=100).items
+            except ApiError as exc:  # 404 until the operator has registered the namespace
+                if exc.status != 404:
+                    raise
+                return None
+            runs = {r.name: r for r in listed}
+            stages = [runs.get(name) for name in names]
+            if any(r is not None and r.phase in (Phase.Failed, Phase.Cancelled) for r in stages):
+                return list(runs.values())
+            if not all(r is not None and r.phase == Phase.Succeeded for r in stages):
+                return None
+            evals = [r for r in runs.values() if r.kind == "eval"]
+            checkpoints = sum(
+                len(api.list_checkpoints(runs[n].id).items) for n in ("rn-sft", "rn-rl")
+            )
+            done = len(evals) >= checkpoints and all(e.phase.is_terminal for e in evals)
+            return list(runs.values()) if done else None
+
+        runs = real_stack.wait_for("the loop to finish", finished, seconds=1400)
+        report = [(r.name, r.phase, r.reason, r.message) for r in runs]
+        assert all(r.phase == Phase.Succeeded for r in runs), (report, real_stack.logs())
+        by_name = {r.name: r for r in runs}
+
+        # Each stage read what the one before wrote, through the shared volume.
+        for run in runs:
+            for checkpoint in api.list_checkpoints(run.id).items:
+                assert checkpoint.uri.startswith(f"file://{shared_dir}/runs/{run.id}/"), checkpoint
+        for dataset in ("rn-sft-data", "rn-rollouts"):
+            version = api.resolve_dataset(storage_ns, f"{dataset}@latest")
+            assert version.uri.startswith(f"file://{shared_dir}/runs/"), version
+
+        sft = sorted(api.list_run_evals(by_name["rn-sft"].id), key=lambda e: e.step)
+        assert [e.step for e in sft] == [0, QUICK.sft_steps]
+        assert sft[-1].scores["accuracy"] > sft[0].scores["accuracy"]
+        assert api.list_run_evals(by_name["rn-rl"].id)
+
+    pods = h.kubectl_json("get", "pods", "-o", "json", namespace=storage_ns)["items"]
+    assert len(pods) >= len(runs), [p["metadata"]["name"] for p in pods]
+    assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods), [
+        (p["metadata"]["name"], p["status"].get("phase")) for p in pods
+    ]
