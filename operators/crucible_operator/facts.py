@@ -72,6 +72,8 @@ class PodFacts:
     status_reason: str = ""  # "Evicted" when the kubelet evicted it
     status_message: str = ""
     terminations: tuple[Termination, ...] = ()
+    # (reason, message) of each container still waiting to start (ErrImagePull, ...)
+    waiting: tuple[tuple[str, str], ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -95,7 +97,10 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
     status = body.get("status") or {}
     labels = meta.get("labels") or {}
     terminations = []
+    waiting = []
     for cs in status.get("containerStatuses") or []:
+        if (state := (cs.get("state") or {}).get("waiting")) is not None:
+            waiting.append((state.get("reason") or "", (state.get("message") or "").strip()))
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated:
             terminations.append(
@@ -124,6 +129,7 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
         status_reason=status.get("reason") or "",
         status_message=status.get("message") or "",
         terminations=tuple(terminations),
+        waiting=tuple(waiting),
     )
 
 

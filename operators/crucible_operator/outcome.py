@@ -88,7 +88,23 @@ def _exit(pod: PodFacts) -> int | None:
     return next((c for c in codes if c != 0), codes[0] if codes else None)
 
 
+# Waiting reasons of a container whose image the node could not get. The kubelet would
+# retry a pull for ever; the attempt fails instead (counted against recovery.maxFailures,
+# whose backoff retries a registry's hiccup), so a wrong image settles the run.
+_IMAGE_PULL_FAILURES = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+
 def _failure(pod: PodFacts) -> Outcome | None:
+    for why, message in pod.waiting:
+        if why in _IMAGE_PULL_FAILURES and not pod.terminal:
+            return Outcome(
+                State.failed,
+                reasons.REASON_IMAGE_PULL_FAILED,
+                None,
+                f"pod {pod.name} cannot start: {why}: {message}",
+            )
     if pod.phase != "Failed":
         return None
     code = _exit(pod)

@@ -306,3 +306,145 @@ def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
     assert all(p["status"]["phase"] == "Succeeded" for p in pods), [
         (p["metadata"]["name"], p["status"].get("phase")) for p in pods
     ]
+
+
+# --- hand-offs between attempts and between pods --------------------------------------------
+
+
+def _teacher(namespace: str, name: str) -> dict[str, Any]:
+    (teacher, *_) = loop_manifests(name, QUICK)
+    teacher["metadata"].update(name=f"{name}-teacher", namespace=namespace)
+    teacher["spec"]["scheduling"] = ON_REAL_NODE
+    return teacher
+
+
+def _sft(namespace: str, name: str, data_from: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "experiment": "real-node",
+            "inputs": [{"producedBy": data_from}],
+            "config": {
+                "model": {"preset": "tiny"},
+                "task": {"digits": 1, "operators": ["+"]},
+                "train": {"mode": "sft", "lr": 3e-3, "batch_size": 32, "warmup_steps": 20},
+            },
+            "scheduling": ON_REAL_NODE,
+            **spec,
+        },
+    }
+
+
+def _wait_runs(stack: Stack, namespace: str, names: list[str], seconds: float) -> dict[str, Any]:
+    """The named runs once all are terminal (any phase), by name."""
+    with CrucibleClient(stack.url, ADMIN_TOKEN) as api:
+
+        def terminal() -> dict[str, Any] | None:
+            try:
+                runs = {r.name: r for r in api.list_runs(project=namespace, limit=100).items}
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                return None
+            if all(n in runs and runs[n].phase.is_terminal for n in names):
+                return runs
+            return None
+
+        runs: dict[str, Any] = stack.wait_for(f"runs {names}", terminal, seconds=seconds)
+        return runs
+
+
+def _losses(stack: Stack, run_id: int) -> dict[int, float]:
+    (series,) = stack.get(f"/runs/{run_id}/metrics", keys="loss")["series"]
+    return dict(zip(series["steps"], series["values"], strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resumes_bitwise(
+    storage_ns: str, real_stack: Stack, shared_dir: Path
+) -> None:
+    teacher = _teacher(storage_ns, "ev")
+    steps = {"steps": 400}
+    every = {"everySteps": 200, "keepLast": 5}
+    evicted = _sft(storage_ns, "evicted", "ev-teacher", checkpoints=every)
+    steady = _sft(storage_ns, "steady", "ev-teacher", checkpoints=every)
+    for run in (evicted, steady):
+        run["spec"]["config"]["train"].update(steps)
+    h.apply(teacher, evicted, steady)
+
+    def running_past(step: int) -> Any:
+        run = real_stack.run_by_name(storage_ns, "evicted")
+        return (
+            run if run and run["phase"] == "Running" and (run["latest_step"] or 0) >= step else None
+        )
+
+    first = real_stack.wait_for("the run past step 60", lambda: running_past(60), seconds=400)
+    h.evict_pod(storage_ns, "evicted-a1-0")  # the Eviction API, as `kubectl drain` uses
+
+    runs = _wait_runs(real_stack, storage_ns, ["evicted", "steady"], seconds=600)
+    assert runs["evicted"].phase == Phase.Succeeded, (runs["evicted"], real_stack.logs())
+    attempts = real_stack.get(f"/runs/{first['id']}/attempts")
+    assert [a["end_reason"] for a in attempts] == ["Evicted", "Completed"], attempts
+    # SIGTERM made the SDK save where the attempt was (not only at step 200), into the
+    # shared volume, and the new pod started from that checkpoint.
+    resumed_from = attempts[1]["resumed_from_checkpoint_id"]
+    assert resumed_from is not None, attempts
+    checkpoint = real_stack.get(f"/checkpoints/{resumed_from}")
+    assert checkpoint["uri"].startswith(f"file://{shared_dir}/runs/{first['id']}/checkpoints/")
+    assert 60 <= checkpoint["step"] < 400 and checkpoint["step"] != 200, checkpoint
+    # The losses of the interrupted run are bitwise those of the uninterrupted one.
+    assert _losses(real_stack, first["id"]) == _losses(real_stack, runs["steady"].id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_two_node_run_rendezvouses_through_the_headless_service_and_trains(
+    storage_ns: str, real_stack: Stack
+) -> None:
+    two_nodes = _sft(storage_ns, "two-nodes", "mn-teacher", nodes=2, processesPerNode=1)
+    two_nodes["spec"]["config"]["train"]["steps"] = 200
+    h.apply(
+        _teacher(storage_ns, "mn"),
+        two_nodes,
+    )
+    runs = _wait_runs(real_stack, storage_ns, ["two-nodes"], seconds=600)
+    run = runs["two-nodes"]
+    assert run.phase == Phase.Succeeded, (run, real_stack.logs())
+    pods = h.kubectl_json(
+        "get", "pods", "-l", "crucible.dev/run=two-nodes", "-o", "json", namespace=storage_ns
+    )["items"]
+    assert sorted(p["metadata"]["name"] for p in pods) == ["two-nodes-a1-0", "two-nodes-a1-1"]
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods)
+    assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
+    # Rank 1 found rank 0 by its DNS name (the headless Service), as torchrun's MASTER_ADDR.
+    follower = next(p for p in pods if p["metadata"]["name"].endswith("-1"))
+    env = {e["name"]: e.get("value") for e in follower["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == f"two-nodes-a1-0.two-nodes.{storage_ns}.svc"
+    assert sorted(_losses(real_stack, run.id)) == list(range(1, 201))
+
+
+@pytest.mark.timeout(300)
+def test_an_image_that_cannot_be_pulled_fails_the_run_with_the_reason(
+    storage_ns: str, real_stack: Stack
+) -> None:
+    run = {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": "no-image", "namespace": storage_ns},
+        "spec": {
+            "experiment": "real-node",
+            "image": "crucible.local/does-not-exist:1",
+            "recovery": {"maxFailures": 0},
+            "scheduling": ON_REAL_NODE,
+        },
+    }
+    h.apply(run)
+    runs = _wait_runs(real_stack, storage_ns, ["no-image"], seconds=240)
+    failed = runs["no-image"]
+    assert failed.phase == Phase.Failed, failed
+    attempts = real_stack.get(f"/runs/{failed.id}/attempts")
+    assert attempts[-1]["end_reason"] == "ImagePullFailed", attempts
+    assert "crucible.local/does-not-exist:1" in attempts[-1]["message"], attempts

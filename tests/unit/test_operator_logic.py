@@ -12,7 +12,15 @@ import pytest
 
 from crucible.domain import reasons
 from crucible_operator import cluster_report, crds, gang, naming, outcome, pods, status
-from crucible_operator.facts import Demand, NodeFacts, PodFacts, Taint, Termination, quantity
+from crucible_operator.facts import (
+    Demand,
+    NodeFacts,
+    PodFacts,
+    Taint,
+    Termination,
+    pod_facts,
+    quantity,
+)
 
 GPU_TAINT = Taint("nvidia.com/gpu", "", "NoSchedule")
 
@@ -163,6 +171,37 @@ def gang_of(size: int, gpus: int, **kw: Any) -> gang.Gang:
     }
     values.update(kw)
     return gang.Gang(**values)
+
+
+def test_an_image_the_node_cannot_pull_fails_the_attempt_with_the_kubelets_words() -> None:
+    waiting = pod(
+        1,
+        phase="Pending",
+        waiting=(("ErrImagePull", 'failed to pull "reg/x:1": not found'),),
+    )
+    verdict = outcome.judge([pod(0), waiting], 2, {"n0": node()}, started=False)
+    assert (verdict.state, verdict.reason) == (outcome.State.failed, "ImagePullFailed")
+    assert "r-a1-1" in verdict.message and "reg/x:1" in verdict.message
+    # A container still creating is only starting.
+    creating = pod(phase="Pending", waiting=(("ContainerCreating", ""),))
+    assert outcome.judge([creating], 1, {"n0": node()}, started=False).state is (
+        outcome.State.starting
+    )
+
+
+def test_pod_facts_read_waiting_containers() -> None:
+    facts = pod_facts(
+        {
+            "metadata": {"name": "p"},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}}}
+                ],
+            },
+        }
+    )
+    assert facts.waiting == (("ImagePullBackOff", "Back-off"),)
 
 
 def test_a_gang_fits_only_when_every_pod_does() -> None:
