@@ -33,7 +33,7 @@ case "$go_version" in
 esac
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${go_version}_r${BUILD_REV}"
-# Binaries added later (kubelet, kube-proxy, coredns) are built into the same folder when
+# Binaries added later (kubelet, coredns) are built into the same folder when
 # missing, so adding one does not rebuild the rest.
 cache_root="${CRUCIBLE_CACHE:-$HOME/.cache/crucible}"
 dest="$cache_root/k8s/$key"
@@ -51,7 +51,7 @@ case "${1:-}" in
   *) die "unknown argument: $1" ;;
 esac
 
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 all_bins=("${k8s_bins[@]}" etcd kwok helm coredns)
 
 missing() { local b; for b in "$@"; do [[ -x "$bin/$b" ]] || echo "$b"; done; }
