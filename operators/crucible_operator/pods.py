@@ -7,7 +7,7 @@ name, `<run>-a<attempt>-0.<run>.<namespace>.svc`, which the headless Service pro
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,10 @@ class PodOptions:
     # mount the same storage at the same path) read them.
     storage_claim: str | None = None
     storage_path: str = "/crucible-data"
+    # Where every workload pod goes, before its spec's own scheduling: e.g. a GPU node pool's
+    # label, and its taints' keys (tolerated whatever their value and effect).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerated_taints: tuple[str, ...] = ()
     grace_seconds: int = 300  # long enough to write a checkpoint after SIGTERM
     shm_limit: str | None = None  # /dev/shm size limit (memory-backed)
     run_as_user: int = 1000
@@ -117,8 +121,11 @@ def _resources(spec: Mapping[str, Any], gpus: int) -> dict[str, Any]:
     return out
 
 
-def _tolerations(spec: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+def _tolerations(spec: Mapping[str, Any], gpus: int, options: PodOptions) -> list[dict[str, Any]]:
     tolerations = [dict(t) for t in (spec.get("scheduling") or {}).get("tolerations") or []]
+    for key in options.tolerated_taints:
+        if not any(t.get("key") == key for t in tolerations):
+            tolerations.append({"key": key, "operator": "Exists"})
     if gpus and not any(t.get("key") == GPU for t in tolerations):
         # GPU nodes are usually tainted so CPU pods stay off them; GPU pods tolerate it.
         tolerations.append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
@@ -248,21 +255,22 @@ def build_pods(
                 }
             ],
             "volumes": volumes,
-            "tolerations": _tolerations(spec, sh.gpus_per_pod),
+            "tolerations": _tolerations(spec, sh.gpus_per_pod, options),
         }
         if sh.pods > 1:
             pod_spec["hostname"] = naming.pod_name(name, attempt.number, rank)
             pod_spec["subdomain"] = naming.service_name(name)
         if uses_gang_gate(spec):
             pod_spec["schedulingGates"] = [{"name": naming.GANG_GATE}]
-        for field, key in (
+        for name_in_spec, key in (
             ("priorityClassName", "priorityClassName"),
             ("schedulerName", "schedulerName"),
         ):
-            if scheduling.get(field):
-                pod_spec[key] = scheduling[field]
-        if scheduling.get("nodeSelector"):
-            pod_spec["nodeSelector"] = dict(scheduling["nodeSelector"])
+            if scheduling.get(name_in_spec):
+                pod_spec[key] = scheduling[name_in_spec]
+        selector = {**options.node_selector, **(scheduling.get("nodeSelector") or {})}
+        if selector:
+            pod_spec["nodeSelector"] = selector
         pod_labels = labels(body, kind, attempt.number)
         pod_labels[naming.LABEL_RANK] = str(rank)
         pod_annotations = dict(scheduling.get("podAnnotations") or {})

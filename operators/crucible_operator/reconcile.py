@@ -355,7 +355,7 @@ class Pass:
         want = gang.Gang(
             size=size,
             demand=_demand_of(sample),
-            node_selector=(self.spec.get("scheduling") or {}).get("nodeSelector") or {},
+            node_selector=sample.get("nodeSelector") or {},
             tolerations=[
                 gang.Toleration(
                     key=t.get("key") or "",

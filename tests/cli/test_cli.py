@@ -32,8 +32,9 @@ def test_first_start_saves_an_owner_only_admin_token(server_env: dict[str, str])
 def test_submit_list_show_and_lineage(server_env: dict[str, str]) -> None:
     submitted = crucible(server_env, "submit", str(EXAMPLE))
     assert submitted.returncode == 0, submitted.stderr
-    assert "TrainingRun arith-sft submitted as run 1" in submitted.stdout
-    assert "EvalJob arith-sft-eval submitted as run 2" in submitted.stdout
+    assert "RolloutJob arith-teacher submitted as run 1" in submitted.stdout
+    assert "TrainingRun arith-sft submitted as run 2" in submitted.stdout
+    assert "EvalJob arith-sft-eval submitted as run 3" in submitted.stdout
     listed = crucible(server_env, "runs", "ls")
     assert "arith-sft" in listed.stdout and "Pending" in listed.stdout
     shown = crucible(server_env, "runs", "show", "1")

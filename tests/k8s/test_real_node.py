@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,19 +20,17 @@ from crucible.demo.loop import QUICK, loop_manifests
 from crucible.domain.enums import Phase
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
+from tests.k8s.real_node import (
+    ON_REAL_NODE,
+    REAL_NODE,
+    add_shared_storage,
+    install_crds,
+    load_workload_image,
+    stack_on_real_node,
+)
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO_ROOT / "helm" / "crucible" / "crds"
-REAL_NODE = "crucible-node-0"
-REAL_NODE_LABEL = "crucible.dev/real-node"
-ON_REAL_NODE = {
-    "nodeSelector": {REAL_NODE_LABEL: "true"},
-    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-}
-CLAIM = "crucible-storage"
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +42,7 @@ def host_ip(cluster: h.Cluster) -> str:
 
 @pytest.fixture(scope="module")
 def workload_image(cluster: h.Cluster) -> str:
-    """The workload image of this tree, built (cached by content) and in the node's
-    containerd: `scripts/images load workload`."""
-    proc = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "images"), "load", "workload"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=cluster.env(),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    for line in proc.stdout.splitlines():
-        if line.startswith("export CRUCIBLE_WORKLOAD_IMAGE="):
-            return shlex.split(line.partition("=")[2])[0]
-    raise AssertionError(f"scripts/images printed no workload image: {proc.stdout!r}")
+    return load_workload_image(cluster.env())
 
 
 def _pod(name: str, image: str, command: list[str]) -> dict[str, Any]:
@@ -184,25 +167,13 @@ def real_stack(
     shared_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
-    h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    for plural in ("trainingruns", "rolloutjobs", "evaljobs"):
-        h.kubectl("wait", "--for=condition=Established", f"crd/{plural}.crucible.dev")
-    stack = Stack(
+    install_crds()
+    stack = stack_on_real_node(
         tmp_path_factory.mktemp("real-stack"),
         cluster.env(),
-        suffix="realnode",
-        broker_database=9,
-        host=host_ip,
-        operator_args=(
-            "--default-image",
-            workload_image,
-            "--storage-claim",
-            CLAIM,
-            "--storage-path",
-            str(shared_dir),
-            "--grace-seconds",
-            "60",
-        ),
+        host_ip=host_ip,
+        image=workload_image,
+        shared_dir=shared_dir,
     )
     stack.start()
     yield stack
@@ -212,36 +183,7 @@ def real_stack(
 @pytest.fixture
 def storage_ns(namespace: str, shared_dir: Path, real_stack: Stack) -> Iterator[str]:
     """A namespace with the shared claim bound to the shared directory."""
-    volume = f"{namespace}-storage"
-    h.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": str(shared_dir), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": CLAIM},
-            },
-        }
-    )
-    h.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "10Gi"}},
-            },
-        },
-        namespace=namespace,
-    )
+    volume = add_shared_storage(namespace, shared_dir)
     yield namespace
     h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
     h.kubectl("delete", "pv", volume, "--wait=false", check=False)
@@ -252,10 +194,9 @@ def storage_ns(namespace: str, shared_dir: Path, real_stack: Stack) -> Iterator[
 def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
-    manifests = loop_manifests("rn", QUICK)
+    manifests = loop_manifests("rn", QUICK)  # as `crucible demo --quick` submits them
     for manifest in manifests:
         manifest["metadata"]["namespace"] = storage_ns
-        manifest["spec"]["scheduling"] = ON_REAL_NODE
     items = {"apiVersion": "v1", "kind": "List", "items": manifests}
     h.kubectl("apply", "-f", "-", input=json.dumps(items))
     names = [m["metadata"]["name"] for m in manifests]

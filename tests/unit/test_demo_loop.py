@@ -9,6 +9,7 @@ from crucible.demo.loop import FULL, QUICK, loop_manifests
 from crucible.schemas.runs import RunSubmit
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "demo-loop.yaml"
+ON_KUBERNETES = EXAMPLE.parent / "kubernetes" / "loop.yaml"
 
 
 def test_every_document_is_a_valid_run() -> None:
@@ -32,3 +33,14 @@ def test_the_example_file_is_the_full_loop() -> None:
         "examples/demo-loop.yaml is stale; regenerate it with "
         "`crucible demo --print > examples/demo-loop.yaml`"
     )
+
+
+def test_the_kubernetes_loop_is_the_full_loop_with_a_gpu_per_stage() -> None:
+    documents = list(yaml.safe_load_all(ON_KUBERNETES.read_text()))
+    gpus = []
+    for document in documents:
+        spec = document["spec"]
+        gpus += [spec.pop("gpusPerNode", None), spec.pop("gpusPerReplica", None)]
+        gpus += [e.pop("gpus", None) for e in spec.get("evals", [])]
+    assert documents == loop_manifests("loop", FULL), "examples/kubernetes/loop.yaml is stale"
+    assert [g for g in gpus if g is not None] == [1, 1, 1, 1, 1]

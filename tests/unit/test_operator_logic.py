@@ -405,6 +405,20 @@ def test_with_a_storage_claim_checkpoints_and_published_files_go_to_the_shared_v
     assert env(own)["CRUCIBLE_CHECKPOINT_URI"] == "s3://b/x"
 
 
+def test_the_operators_node_selector_and_tolerations_apply_to_every_pod() -> None:
+    options = dataclasses.replace(
+        OPTIONS, node_selector={"pool": "gpu", "zone": "a"}, tolerated_taints=("pool",)
+    )
+    (built,) = pods.build_pods(
+        body(scheduling={"nodeSelector": {"zone": "b"}}),
+        "TrainingRun",
+        pods.Attempt(run_id=1, number=1, resume_from=None, inputs=None),
+        options,
+    )
+    assert built["spec"]["nodeSelector"] == {"pool": "gpu", "zone": "b"}  # the spec's wins
+    assert {"key": "pool", "operator": "Exists"} in built["spec"]["tolerations"]
+
+
 def test_kueue_queues_admit_the_pods_instead_of_the_gang_gate() -> None:
     (built,) = pods.build_pods(
         body(scheduling={"queueLabels": {"kueue.x-k8s.io/queue-name": "team-a"}}),

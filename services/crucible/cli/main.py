@@ -187,6 +187,14 @@ def operator(
         str,
         typer.Option(help="Where pods mount --storage-claim (the workers mount it there too)."),
     ] = "/crucible-data",
+    workload_node_selector: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE every workload pod selects (repeatable), e.g. a GPU pool."),
+    ] = None,
+    workload_toleration: Annotated[
+        list[str] | None,
+        typer.Option(help="Taint key every workload pod tolerates, any value (repeatable)."),
+    ] = None,
     grace_seconds: Annotated[
         int, typer.Option(min=0, help="Pods' termination grace: time to checkpoint.")
     ] = 300,
@@ -212,6 +220,14 @@ def operator(
         raise typer.BadParameter(
             f"must be an absolute path, got {storage_path!r}", param_hint="--storage-path"
         )
+    selector: dict[str, str] = {}
+    for item in workload_node_selector or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(
+                f"expected KEY=VALUE, got {item!r}", param_hint="--workload-node-selector"
+            )
+        selector[key] = value
     settings = load_settings()
     options = PodOptions(
         api_url=workload_api_url or settings.api_url,
@@ -219,6 +235,8 @@ def operator(
         default_image=default_image,
         storage_claim=storage_claim,
         storage_path=storage_path,
+        node_selector=selector,
+        tolerated_taints=tuple(workload_toleration or ()),
         grace_seconds=grace_seconds,
     )
     config = OperatorConfig(

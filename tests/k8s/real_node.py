@@ -1,0 +1,119 @@
+"""The test cluster's real node, for tests and benchmarks: how to put pods there, the
+workload image of this tree, a shared volume in a namespace, and the stack (API, workers,
+operator) whose pods run there."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.k8s import cluster_helpers as h
+from tests.k8s.operator_stack import Stack
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO_ROOT / "helm" / "crucible" / "crds"
+REAL_NODE = "crucible-node-0"
+REAL_NODE_LABEL = "crucible.dev/real-node"
+# Only pods that tolerate the node's taint and select it land there.
+ON_REAL_NODE: dict[str, Any] = {
+    "nodeSelector": {REAL_NODE_LABEL: "true"},
+    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+}
+CLAIM = "crucible-storage"
+
+
+def load_workload_image(env: dict[str, str]) -> str:
+    """The workload image of this tree, built (cached by content) and in the node's
+    containerd: `scripts/images load workload`."""
+    proc = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "images"), "load", "workload"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for line in proc.stdout.splitlines():
+        if line.startswith("export CRUCIBLE_WORKLOAD_IMAGE="):
+            return shlex.split(line.partition("=")[2])[0]
+    raise AssertionError(f"scripts/images printed no workload image: {proc.stdout!r}")
+
+
+def install_crds() -> None:
+    h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
+    for plural in ("trainingruns", "rolloutjobs", "evaljobs"):
+        h.kubectl("wait", "--for=condition=Established", f"crd/{plural}.crucible.dev")
+
+
+def stack_on_real_node(
+    workdir: Path,
+    kube_env: dict[str, str],
+    *,
+    host_ip: str,
+    image: str,
+    shared_dir: Path,
+    suffix: str = "realnode",
+    broker_database: int = 9,
+) -> Stack:
+    """API, workers and operator whose pods run the workload image with `shared_dir` as the
+    storage claim's path (not started)."""
+    return Stack(
+        workdir,
+        kube_env,
+        suffix=suffix,
+        broker_database=broker_database,
+        host=host_ip,
+        operator_args=(
+            "--default-image",
+            image,
+            "--storage-claim",
+            CLAIM,
+            "--storage-path",
+            str(shared_dir),
+            "--grace-seconds",
+            "60",
+            # Every workload pod goes to the real node, so manifests apply as written.
+            "--workload-node-selector",
+            f"{REAL_NODE_LABEL}=true",
+            "--workload-toleration",
+            REAL_NODE_LABEL,
+        ),
+    )
+
+
+def add_shared_storage(namespace: str, shared_dir: Path) -> str:
+    """The claim CLAIM in `namespace`, bound to a hostPath PersistentVolume on `shared_dir`
+    (the pods mount it at that same path). Returns the volume's name."""
+    volume = f"{namespace}-storage"
+    h.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": str(shared_dir), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": CLAIM},
+            },
+        }
+    )
+    h.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": CLAIM},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+        namespace=namespace,
+    )
+    return volume
