@@ -91,7 +91,11 @@ def test_valid_resources_are_accepted(installed_crds: None, namespace: str) -> N
     assert run["spec"]["gpusPerNode"] == 0
     assert run["spec"]["recovery"]["backoffSeconds"] == 1
     assert run["spec"]["evals"][0]["gpus"] == 0
-    assert run["spec"]["config"] == {"mode": "sft", "preset": "tiny", "steps": 200}
+    assert run["spec"]["config"] == {  # free-form: kept as given
+        "model": {"preset": "tiny"},
+        "task": {"digits": 1},
+        "train": {"mode": "sft", "steps": 200, "lr": 0.003},
+    }
     ej = h.kubectl_json("get", "ej", "arith-sft-eval", namespace=namespace)
     assert ej["spec"]["checkpoint"] == {"run": "arith-sft", "checkpoint": "latest"}
 
