@@ -230,7 +230,7 @@ def loop(stack: Stack, namespace: str) -> dict[str, Any]:
     accuracy = {}
     for name in ("loop-sft", "loop-rl"):
         scores = stack.get(f"/runs/{by_name[name]['id']}/evals")
-        accuracy[name] = {e["step"]: e["scores"]["accuracy"] for e in scores}
+        accuracy[name] = {str(e["step"]): e["scores"]["accuracy"] for e in scores}
     return {"runs": len(runs), "wall_s": round(wall, 1), "held_out_accuracy": accuracy}
 
 
