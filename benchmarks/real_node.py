@@ -52,9 +52,8 @@ from tests.k8s.real_node import (
     install_crds,
     load_workload_image,
     stack_on_real_node,
+    teacher,
 )
-
-from crucible.demo.loop import QUICK, loop_manifests
 
 RESULTS = Path(__file__).parent / "results"
 T = TypeVar("T")
@@ -137,9 +136,6 @@ def startup(stack: Stack, namespace: str, runs: int) -> dict[str, Any]:
 
 
 def recovery(stack: Stack, namespace: str, evictions: int) -> dict[str, Any]:
-    (teacher, *_) = loop_manifests("bench", QUICK)
-    teacher["metadata"].update(name="bench-teacher", namespace=namespace)
-    teacher["spec"]["scheduling"] = ON_REAL_NODE
     run = training_run(
         "evicted",
         namespace,
@@ -152,7 +148,7 @@ def recovery(stack: Stack, namespace: str, evictions: int) -> dict[str, Any]:
         checkpoints={"everySteps": 1_000_000, "keepLast": 3},
         recovery={"maxInterruptions": 1000, "backoffSeconds": 0},
     )
-    h.apply(teacher, run)
+    h.apply(teacher(namespace, "bench"), run)
     gone, created, running, stepped = [], [], [], []
     resumed_step = 0
     for attempt in range(1, evictions + 1):

@@ -171,12 +171,13 @@ def build_pods(
     scheduling = spec.get("scheduling") or {}
     master = f"{naming.pod_name(name, attempt.number, 0)}.{naming.service_name(name)}"
     master += f".{namespace}.svc"
-    checkpoint_uri = f"{options.checkpoint_root.rstrip('/')}/{namespace}/{name}"
     shared: dict[str, str] = {}
     if options.storage_claim:
         run_dir = f"{options.storage_path.rstrip('/')}/runs/{attempt.run_id}"
         checkpoint_uri = f"file://{run_dir}/checkpoints"
         shared["CRUCIBLE_OUTPUTS_DIR"] = f"{run_dir}/outputs"
+    else:
+        checkpoint_uri = f"{options.checkpoint_root.rstrip('/')}/{namespace}/{name}"
     base_env = {
         "CRUCIBLE_API_URL": options.api_url,
         "CRUCIBLE_HOME": "/workspace",

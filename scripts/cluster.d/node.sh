@@ -55,24 +55,14 @@ node_packages() {
 }
 
 node_pki() {  # the kubelet's identity (client and serving) and CoreDNS's, from the cluster CA
-  (
-    cd "$STATE/pki"
-    issue() {
-      openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null
-      openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
-      printf '%s\n' "$3" > "$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-      rm -f "$1.csr" "$1.ext"; chmod 600 "$1.key"
-    }
-    issue kubelet "/O=system:nodes/CN=system:node:$REAL_NODE_NAME" "basicConstraints=CA:FALSE
+  issue_cert kubelet "/O=system:nodes/CN=system:node:$REAL_NODE_NAME" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth,serverAuth
-subjectAltName=DNS:$REAL_NODE_NAME,IP:$BRIDGE_IP"
-    issue coredns "/CN=crucible:coredns" "basicConstraints=CA:FALSE
+subjectAltName=DNS:$REAL_NODE_NAME,IP:$BRIDGE_IP" \
+    && issue_cert coredns "/CN=crucible:coredns" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
-  ) || die "generating the real node's certificates failed"
+extendedKeyUsage=clientAuth" \
+    || die "generating the real node's certificates failed"
   write_kubeconfig "$NODE_DIR/kubelet.kubeconfig" kubelet "system:node:$REAL_NODE_NAME"
   write_kubeconfig "$NODE_DIR/coredns.kubeconfig" coredns crucible:coredns
 }

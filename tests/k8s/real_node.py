@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from crucible.demo.loop import QUICK, loop_manifests
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -117,3 +118,11 @@ def add_shared_storage(namespace: str, shared_dir: Path) -> str:
         namespace=namespace,
     )
     return volume
+
+
+def teacher(namespace: str, prefix: str) -> dict[str, Any]:
+    """The CI-sized loop's teacher, `<prefix>-teacher`, publishing `<prefix>-sft-data`."""
+    (manifest, *_) = loop_manifests(prefix, QUICK)
+    manifest["metadata"].update(name=f"{prefix}-teacher", namespace=namespace)
+    manifest["spec"]["scheduling"] = ON_REAL_NODE
+    return manifest

@@ -27,6 +27,7 @@ from tests.k8s.real_node import (
     install_crds,
     load_workload_image,
     stack_on_real_node,
+    teacher,
 )
 from tests.servers import free_port
 
@@ -252,13 +253,6 @@ def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
 # --- hand-offs between attempts and between pods --------------------------------------------
 
 
-def _teacher(namespace: str, name: str) -> dict[str, Any]:
-    (teacher, *_) = loop_manifests(name, QUICK)
-    teacher["metadata"].update(name=f"{name}-teacher", namespace=namespace)
-    teacher["spec"]["scheduling"] = ON_REAL_NODE
-    return teacher
-
-
 def _sft(namespace: str, name: str, data_from: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "crucible.dev/v1alpha1",
@@ -307,14 +301,14 @@ def _losses(stack: Stack, run_id: int) -> dict[int, float]:
 def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resumes_bitwise(
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
-    teacher = _teacher(storage_ns, "ev")
+    producer = teacher(storage_ns, "ev")
     steps = {"steps": 400}
     every = {"everySteps": 200, "keepLast": 5}
     evicted = _sft(storage_ns, "evicted", "ev-teacher", checkpoints=every)
     steady = _sft(storage_ns, "steady", "ev-teacher", checkpoints=every)
     for run in (evicted, steady):
         run["spec"]["config"]["train"].update(steps)
-    h.apply(teacher, evicted, steady)
+    h.apply(producer, evicted, steady)
 
     def running_past(step: int) -> Any:
         run = real_stack.run_by_name(storage_ns, "evicted")
@@ -348,7 +342,7 @@ def test_a_two_node_run_rendezvouses_through_the_headless_service_and_trains(
     two_nodes = _sft(storage_ns, "two-nodes", "mn-teacher", nodes=2, processesPerNode=1)
     two_nodes["spec"]["config"]["train"]["steps"] = 200
     h.apply(
-        _teacher(storage_ns, "mn"),
+        teacher(storage_ns, "mn"),
         two_nodes,
     )
     runs = _wait_runs(real_stack, storage_ns, ["two-nodes"], seconds=600)
