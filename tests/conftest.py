@@ -22,6 +22,7 @@ from crucible.client import CrucibleClient
 from crucible.db import schema
 from crucible.db.tables import Base
 from crucible.settings import Settings, load_settings
+from tests.object_store import s3  # noqa: F401 - a fixture, for every test that asks
 from tests.servers import LocalServer, local_server
 
 ADMIN_TOKEN = "cru_test-admin-token"

@@ -15,6 +15,8 @@ from crucible.domain import contract
 from crucible_operator import naming
 from crucible_operator.facts import GPU
 
+WORKSPACE = "/workspace"  # the pod's scratch (an emptyDir), its CRUCIBLE_HOME
+
 
 @dataclass(frozen=True)
 class PodOptions:
@@ -23,13 +25,19 @@ class PodOptions:
     api_url: str  # the control plane, as pods reach it
     token_secret: str  # Secret (in the run's namespace) whose `token` key pods use
     default_image: str  # for specs without `image`
-    checkpoint_root: str = "file:///checkpoints"  # default CRUCIBLE_CHECKPOINT_URI prefix
+    # Storage every pod, the workers and the API reach, one of two kinds; the run's
+    # checkpoints and the files it publishes go under runs/<run id>/ of it, where the next
+    # pod, the evals and the workers read them. With neither, checkpoints stay in the pod's
+    # scratch and do not outlive it.
     # A ReadWriteMany PersistentVolumeClaim (of that name in each run's namespace) mounted
-    # at `storage_path` in every pod: the run's checkpoints and the files it publishes go
-    # there, under runs/<run id>/, where the next pod, the evals and the workers (which
-    # mount the same storage at the same path) read them.
+    # at `storage_path` in every pod (the workers mount it at the same path):
     storage_claim: str | None = None
     storage_path: str = "/crucible-data"
+    # Or object storage, `s3://bucket/prefix`, with the credentials (AWS_ACCESS_KEY_ID,
+    # AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL...) in a Secret of that name in each run's
+    # namespace, which pods take their environment from: no credential is in a pod's spec.
+    storage_uri: str | None = None
+    storage_secret: str | None = None
     # Where every workload pod goes, before its spec's own scheduling: e.g. a GPU node pool's
     # label, and its taints' keys (tolerated whatever their value and effect).
     node_selector: Mapping[str, str] = field(default_factory=dict)
@@ -176,11 +184,15 @@ def build_pods(
         run_dir = f"{options.storage_path.rstrip('/')}/runs/{attempt.run_id}"
         checkpoint_uri = f"file://{run_dir}/checkpoints"
         shared["CRUCIBLE_OUTPUTS_DIR"] = f"{run_dir}/outputs"
+    elif options.storage_uri:
+        run_root = f"{options.storage_uri.rstrip('/')}/runs/{attempt.run_id}"
+        checkpoint_uri = f"{run_root}/checkpoints"
+        shared["CRUCIBLE_OUTPUTS_URI"] = f"{run_root}/outputs"
     else:
-        checkpoint_uri = f"{options.checkpoint_root.rstrip('/')}/{namespace}/{name}"
+        checkpoint_uri = f"file://{WORKSPACE}/checkpoints"
     base_env = {
         "CRUCIBLE_API_URL": options.api_url,
-        "CRUCIBLE_HOME": "/workspace",
+        "CRUCIBLE_HOME": WORKSPACE,
         **contract.workload_env(
             run_id=attempt.run_id,
             spec=dict(spec),
@@ -198,7 +210,7 @@ def build_pods(
     ]
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory volume, by design
-        {"name": "workspace", "mountPath": "/workspace"},
+        {"name": "workspace", "mountPath": WORKSPACE},
     ]
     if options.storage_claim:
         volumes.append(
@@ -225,6 +237,9 @@ def build_pods(
                 "valueFrom": {"secretKeyRef": {"name": options.token_secret, "key": "token"}},
             }
         )
+        container_env: dict[str, Any] = {"env": env_list}
+        if options.storage_uri and options.storage_secret:
+            container_env["envFrom"] = [{"secretRef": {"name": options.storage_secret}}]
         pod_spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": options.grace_seconds,
@@ -242,7 +257,7 @@ def build_pods(
                     "name": "workload",
                     "image": spec.get("image") or options.default_image,
                     "command": _command(kind, spec, sh, rank, master),
-                    "env": env_list,
+                    **container_env,
                     "resources": _resources(spec, sh.gpus_per_pod),
                     "volumeMounts": mounts,
                     # The workload's last sentence, or the end of its log if it left none,

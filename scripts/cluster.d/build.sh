@@ -52,7 +52,7 @@ case "${1:-}" in
 esac
 
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
-all_bins=("${k8s_bins[@]}" etcd kwok helm coredns)
+all_bins=("${k8s_bins[@]}" etcd kwok helm coredns weed)
 
 missing() { local b; for b in "$@"; do [[ -x "$bin/$b" ]] || echo "$b"; done; }
 
@@ -155,6 +155,16 @@ if [[ -n "$(missing coredns)" ]]; then
   retry "go install (coredns)" env GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ld" \
       "github.com/coredns/coredns@${COREDNS_VERSION}" || die "building coredns ${COREDNS_VERSION} failed"
   mv -f "$tmp/coredns" "$bin/coredns"
+fi
+
+# --- seaweedfs (weed: the test stack's S3 server, scripts/objectstore) -----------------------
+if [[ -n "$(missing weed)" ]]; then
+  log "building seaweedfs ${SEAWEEDFS_VERSION} (weed)"
+  (cd "$here/seaweedfs" && retry "go mod download (seaweedfs)" nice -n 10 go mod download) \
+    || die "could not download the SeaweedFS modules"
+  (cd "$here/seaweedfs" && retry "go build (seaweedfs)" gobuild build -trimpath -ldflags "-s -w" \
+      -o "$tmp/weed" github.com/seaweedfs/seaweedfs/weed) || die "building seaweedfs failed"
+  mv -f "$tmp/weed" "$bin/weed"
 fi
 
 rmdir "$tmp" 2>/dev/null || true

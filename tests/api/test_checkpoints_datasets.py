@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crucible.db.tables import Checkpoint
+from tests.checkpoint_files import checkpoint_files
 from tests.conftest import bearer, make_project, make_token, postgres_only
 
 API = "/api/v1"
@@ -71,13 +72,8 @@ def register_dataset(
 def register_checkpoint(
     client: TestClient, run_id: int, step: int, content: str | None = None, **extra: Any
 ) -> dict[str, Any]:
-    body = {
-        "step": step,
-        "uri": f"s3://ckpt/{run_id}/{step}",
-        "digest": digest(content or f"{run_id}/{step}"),
-        "size_bytes": 1024,
-        **extra,
-    }
+    """Register a checkpoint whose files exist (recovery checks them before it resumes)."""
+    body = {"step": step, **checkpoint_files(run_id, step, content or f"{run_id}/{step}"), **extra}
     response = client.post(f"{API}/runs/{run_id}/checkpoints", json=body)
     assert response.status_code == 201, response.text
     result: dict[str, Any] = response.json()
@@ -289,7 +285,7 @@ def test_checkpoint_registration_is_idempotent_and_conflicts_on_other_digest(
         json={"step": 100, "uri": "s3://elsewhere", "digest": digest("b"), "size_bytes": 1},
     )
     assert clash.status_code == 409
-    assert digest("a") in error_text(clash) and digest("b") in error_text(clash)
+    assert first["digest"] in error_text(clash) and digest("b") in error_text(clash)
     events = admin.get(f"{API}/runs/{run_id}/events").json()
     assert [e["type"] for e in events].count("CheckpointRegistered") == 1
 

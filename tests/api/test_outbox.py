@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from crucible.db.tables import OutboxMessage
 from tests.api.test_checkpoints_datasets import API, digest, register_checkpoint, submit_train
+from tests.checkpoint_files import checkpoint_files
 from tests.conftest import make_project, postgres_only
 
 
@@ -36,7 +37,10 @@ def test_checkpoint_registration_enqueues_exactly_once(admin: TestClient, app: F
     payload = rows[0]["payload"]
     assert payload["checkpoint_id"] == first["id"] and payload["run_id"] == run["id"]
     assert payload["project_id"] == run["project_id"] and payload["step"] == 100
-    assert payload["uri"] == first["uri"] and payload["digest"] == digest("a")
+    assert (
+        payload["uri"] == first["uri"]
+        and payload["digest"] == checkpoint_files(run["id"], 100, "a")["digest"]
+    )
 
 
 def test_refused_checkpoint_enqueues_nothing(admin: TestClient, app: FastAPI) -> None:

@@ -355,7 +355,9 @@ def test_pods_of_a_multi_node_run() -> None:
     assert values["NODE_RANK"] == "1"
     assert values["CRUCIBLE_RESUME_FROM"] == "41"
     assert values["CRUCIBLE_RUN_ID"] == "7"
-    assert values["CRUCIBLE_CHECKPOINT_URI"] == "file:///checkpoints/team/sft"
+    # No shared storage configured: the pod's own scratch, which its user can write.
+    assert values["CRUCIBLE_CHECKPOINT_URI"] == "file:///workspace/checkpoints"
+    assert "envFrom" not in first["spec"]["containers"][0]
     assert values["CRUCIBLE_TOKEN"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in first["spec"][
         "tolerations"
@@ -403,6 +405,24 @@ def test_with_a_storage_claim_checkpoints_and_published_files_go_to_the_shared_v
         options,
     )
     assert env(own)["CRUCIBLE_CHECKPOINT_URI"] == "s3://b/x"
+
+
+def test_with_object_storage_files_go_under_runs_and_keys_come_from_a_secret() -> None:
+    options = dataclasses.replace(OPTIONS, storage_uri="s3://team/crucible/", storage_secret="s3")
+    (built,) = pods.build_pods(
+        body(),
+        "TrainingRun",
+        pods.Attempt(run_id=9, number=2, resume_from=None, inputs=None),
+        options,
+    )
+    values = env(built)
+    assert values["CRUCIBLE_CHECKPOINT_URI"] == "s3://team/crucible/runs/9/checkpoints"
+    assert values["CRUCIBLE_OUTPUTS_URI"] == "s3://team/crucible/runs/9/outputs"
+    container = built["spec"]["containers"][0]
+    # The credentials reach the process from the Secret; the pod's spec names only the Secret.
+    assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
+    assert not any(name.startswith("AWS_") for name in values)
+    assert all(v["name"] != "storage" for v in built["spec"]["volumes"])
 
 
 def test_the_operators_node_selector_and_tolerations_apply_to_every_pod() -> None:

@@ -39,8 +39,13 @@ def content_of(path: Path) -> Content:
 
 
 def content_of_remote(fs: Any, root: str) -> Content:
-    """`content_of` for a directory on an fsspec filesystem (s3://, gs://, memory://...)."""
+    """`content_of` for a file or directory on an fsspec filesystem (s3://, memory://...)."""
     root = root.rstrip("/")
+    if fs.isfile(root):
+        hasher = hashlib.sha256()
+        with fs.open(root, "rb") as handle:
+            size = _feed(hasher, handle)
+        return Content(f"sha256:{hasher.hexdigest()}", size)
     files = []
     for name, info in fs.find(root, detail=True).items():
         relative = name[len(fs._strip_protocol(root)) :].lstrip("/")

@@ -187,6 +187,21 @@ def operator(
         str,
         typer.Option(help="Where pods mount --storage-claim (the workers mount it there too)."),
     ] = "/crucible-data",
+    storage_uri: Annotated[
+        str | None,
+        typer.Option(
+            help="Object storage (s3://bucket/prefix) for checkpoints and published files, "
+            "instead of --storage-claim."
+        ),
+    ] = None,
+    storage_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="Secret (per namespace) whose keys become workload pods' environment: the "
+            "--storage-uri credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+            "AWS_ENDPOINT_URL)."
+        ),
+    ] = None,
     workload_node_selector: Annotated[
         list[str] | None,
         typer.Option(help="KEY=VALUE every workload pod selects (repeatable), e.g. a GPU pool."),
@@ -220,6 +235,22 @@ def operator(
         raise typer.BadParameter(
             f"must be an absolute path, got {storage_path!r}", param_hint="--storage-path"
         )
+    if storage_claim and storage_uri:
+        raise typer.BadParameter(
+            f"give --storage-claim ({storage_claim!r}) or --storage-uri ({storage_uri!r}), "
+            "not both",
+            param_hint="--storage-uri",
+        )
+    if storage_uri is not None and not storage_uri.startswith("s3://"):
+        raise typer.BadParameter(
+            f"must be an s3://bucket/prefix URI (a volume goes in --storage-claim), got "
+            f"{storage_uri!r}",
+            param_hint="--storage-uri",
+        )
+    if storage_secret and not storage_uri:
+        raise typer.BadParameter(
+            f"{storage_secret!r} is only used with --storage-uri", param_hint="--storage-secret"
+        )
     selector: dict[str, str] = {}
     for item in workload_node_selector or []:
         key, sep, value = item.partition("=")
@@ -235,6 +266,8 @@ def operator(
         default_image=default_image,
         storage_claim=storage_claim,
         storage_path=storage_path,
+        storage_uri=storage_uri,
+        storage_secret=storage_secret,
         node_selector=selector,
         tolerated_taints=tuple(workload_toleration or ()),
         grace_seconds=grace_seconds,

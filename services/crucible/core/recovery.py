@@ -6,6 +6,7 @@ Interruptions (preemption, eviction, a lost node, a hung process) and applicatio
 twenty times must not use up the one retry a genuine bug gets.
 """
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -13,14 +14,17 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from crucible.artifacts import storage
+from crucible.artifacts import remote, storage
 from crucible.artifacts.digest import content_of
 from crucible.core.events import record_event
 from crucible.core.runs import move_run, parse_manifest
-from crucible.db.tables import Attempt, Checkpoint, Run
+from crucible.db.tables import Attempt, Checkpoint, Run, RunEvent
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Phase
 from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest
+
+log = logging.getLogger(__name__)
+EVENT_RECOVERY_WAITING = "RecoveryWaiting"
 
 INTERRUPTION_REASONS = frozenset(
     {
@@ -113,7 +117,14 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
             f"{last.message or 'no message'}",
         )
         return Outcome("fail", last.end_reason or "", decision.fail_reason)
-    checkpoint = resume_checkpoint(session, run)
+    try:
+        checkpoint = resume_checkpoint(session, run)
+    except remote.StorageUnavailable as exc:
+        # Deciding now could only resume from scratch. The run stays Interrupted, untouched,
+        # and the stranded-run sweep decides again once the storage answers.
+        log.warning("run %d: recovery waits for its checkpoint storage: %s", run.id, exc)
+        _note_waiting_for_storage(session, run, str(exc))
+        return Outcome("none", "", f"waiting for the checkpoint storage: {exc}")
     now = datetime.now(UTC)
     run.next_attempt_reason = decision.attempt_reason.value
     run.resume_checkpoint_id = checkpoint.id if checkpoint is not None else None
@@ -139,6 +150,22 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
         },
     )
     return Outcome("retry", last.end_reason or "", message)
+
+
+def _note_waiting_for_storage(session: Session, run: Run, problem: str) -> None:
+    """Tell the run's watchers why it is not recovering, once per wait (the sweep retries
+    every few seconds; an event each time would bury the run's history)."""
+    latest = session.scalar(
+        select(RunEvent.type).where(RunEvent.run_id == run.id).order_by(RunEvent.id.desc())
+    )
+    if latest != EVENT_RECOVERY_WAITING:
+        record_event(
+            session,
+            run_id=run.id,
+            type=EVENT_RECOVERY_WAITING,
+            reason=reasons.REASON_STORAGE_UNAVAILABLE,
+            message=f"recovery waits until the checkpoint storage answers: {problem}",
+        )
 
 
 def decide_stranded(session: Session, *, older_than_seconds: float = 30.0) -> list[Outcome]:
@@ -204,11 +231,12 @@ def resume_checkpoint(session: Session, run: Run) -> Checkpoint | None:
 
 
 def checkpoint_problem(checkpoint: Checkpoint) -> str | None:
-    """Why the checkpoint's files cannot be trusted, or None. Only `file://` checkpoints are
-    checked here; the SDK checks every checkpoint's digest before it loads one."""
+    """Why the checkpoint's files cannot be trusted, or None. The SDK checks the digest again
+    before it loads one. Raises `StorageUnavailable` when object storage does not answer:
+    a store that is down says nothing about the checkpoint, so nothing is retired for it."""
     path = storage.local_path(checkpoint.uri)
     if path is None:
-        return None
+        return _remote_problem(checkpoint)
     if not path.exists():
         return f"{path} is missing"
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
@@ -219,4 +247,29 @@ def checkpoint_problem(checkpoint: Checkpoint) -> str | None:
         actual = content_of(path).digest
         if actual != checkpoint.digest:
             return f"{path} has digest {actual}, {checkpoint.digest} was registered"
+    return None
+
+
+def _remote_problem(checkpoint: Checkpoint) -> str | None:
+    try:
+        size = remote.size(checkpoint.uri)
+        if size is None:
+            return f"{checkpoint.uri} is missing"
+        if size != checkpoint.size_bytes:
+            return f"{checkpoint.uri} holds {size} bytes, {checkpoint.size_bytes} were registered"
+        if size > FULL_VERIFY_MAX_BYTES:
+            return None
+        found = remote.content(checkpoint.uri)
+    except remote.StorageUnavailable:
+        raise
+    except FileNotFoundError:
+        return f"{checkpoint.uri} is missing"
+    except Exception as exc:  # botocore and aiohttp raise many kinds; all mean "unreachable"
+        raise remote.StorageUnavailable(
+            f"{checkpoint.uri} cannot be checked: {type(exc).__name__}: {exc}"
+        ) from exc
+    if found is None:
+        return f"{checkpoint.uri} is missing"
+    if found.digest != checkpoint.digest:
+        return f"{checkpoint.uri} has digest {found.digest}, {checkpoint.digest} was registered"
     return None

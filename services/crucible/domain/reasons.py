@@ -19,6 +19,7 @@ REASON_HEARTBEAT_TIMEOUT = "HeartbeatTimeout"
 REASON_OOM_KILLED = "OOMKilled"
 REASON_ERROR_EXIT = "ErrorExit"
 REASON_IMAGE_PULL_FAILED = "ImagePullFailed"  # the node could not get the pod's image
+REASON_STORAGE_UNAVAILABLE = "StorageUnavailable"  # checkpoint storage did not answer
 REASON_REACHED_MAX_INTERRUPTIONS = "ReachedMaxInterruptions"
 REASON_REACHED_MAX_FAILURES = "ReachedMaxFailures"
 REASON_UNSCHEDULABLE = "Unschedulable"

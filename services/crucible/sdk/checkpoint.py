@@ -6,7 +6,9 @@ When all have finished, rank 0 fsyncs it, renames it to `step-00000100`, compute
 and size and registers it. A crash at any point before that leaves either a temporary
 directory (never registered, replaced by the next save of that step) or an unregistered
 final directory (re-registered if the next save of that step has the same content, refused
-otherwise), so the control plane only ever points at complete checkpoints.
+otherwise), so the control plane only ever points at complete checkpoints. On object
+storage (no rename) the shards go straight to `step-00000100.a<attempt>`, and registering
+it is the commit: files no record names are never resumed from.
 
 Resuming reads the checkpoint record, recomputes the digest of the files and refuses to load
 when it differs: a truncated or altered checkpoint is never used.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from crucible.artifacts import storage
+from crucible.artifacts import remote, storage
 from crucible.artifacts.digest import Content, content_of, content_of_remote
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import CheckpointCreate, CheckpointPublic
@@ -160,9 +162,7 @@ class Checkpointer:
         self, step: int, state: Mapping[str, Any], *, async_save: bool = False, meta: Any = None
     ) -> CheckpointPublic | None:
         self.wait()  # one save at a time: the next may reuse the staging buffers
-        name = checkpoint_name(step)
-        temp_uri = storage.join(self._base_uri, storage.TEMP_PREFIX + name)
-        final_uri = storage.join(self._base_uri, name)
+        temp_uri, final_uri = self._uris(step)
         self._prepare(temp_uri)
         state_dict = dict(state)
         if not async_save:
@@ -223,6 +223,24 @@ class Checkpointer:
         threading.Thread(target=finish, name="crucible-checkpoint", daemon=True).start()
         self._pending = pending
         return None
+
+    def _uris(self, step: int) -> tuple[str, str]:
+        """Where a save of `step` writes, and the name it is registered under.
+
+        On a volume: a temporary directory, renamed when complete. Object stores have no
+        rename (a copy of every object would double the bytes written), so there the files
+        go straight to their final prefix and the registration is what makes them a
+        checkpoint: nothing resumes from files no record names. The prefix carries the
+        attempt, so a later attempt never overwrites files an earlier one registered."""
+        name = checkpoint_name(step)
+        if storage.local_path(self._base_uri) is None:
+            if self._attempt is not None:
+                name += f".a{self._attempt}"
+            final_uri = storage.join(self._base_uri, name)
+            return final_uri, final_uri
+        return storage.join(self._base_uri, storage.TEMP_PREFIX + name), storage.join(
+            self._base_uri, name
+        )
 
     def wait(self) -> CheckpointPublic | None:
         """Wait for the async save in flight; its record on rank 0, None elsewhere or if none."""
@@ -363,14 +381,11 @@ class Checkpointer:
         return content_of(final)
 
     def _commit_remote(self, temp_uri: str, final_uri: str) -> Content:
-        # Object stores have no atomic rename: the copy may be seen half-done, but it is not
-        # registered, so nothing resumes from it until it is complete.
-        fs, temp_root = _filesystem(temp_uri)
-        _, final_root = _filesystem(final_uri)
-        if fs.exists(final_root):
-            fs.rm(final_root, recursive=True)
-        fs.mv(temp_root, final_root, recursive=True)
-        return content_of_remote(fs, final_root)
+        # Written in place (see `_uris`): the digest of what is there is what is registered.
+        assert temp_uri == final_uri
+        fs, root = _filesystem(final_uri)
+        fs.invalidate_cache(root)
+        return content_of_remote(fs, root)
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -451,8 +466,14 @@ class Checkpointer:
                 )
             actual = content_of(path)
         else:
-            fs, root = _filesystem(checkpoint.uri)
-            actual = content_of_remote(fs, root)
+            _filesystem(checkpoint.uri)  # a missing driver is a CheckpointError, not corrupt
+            found = remote.content(checkpoint.uri)
+            if found is None:
+                raise CheckpointCorrupt(
+                    f"checkpoint {checkpoint.id} (step {checkpoint.step}) is missing: nothing "
+                    f"at {checkpoint.uri}"
+                )
+            actual = found
         if actual.digest != checkpoint.digest:
             raise CheckpointCorrupt(
                 f"checkpoint {checkpoint.id} (step {checkpoint.step}, {checkpoint.uri}) does not "
@@ -471,7 +492,8 @@ def _can_pin_memory() -> bool:
 
 
 def _fsspec_storage() -> Any:
-    """DCP's fsspec reader and writer; only non-file URIs need them (and fsspec)."""
+    """DCP's fsspec reader and writer; only non-file URIs need them."""
+    remote.configure_defaults()
     try:
         return importlib.import_module("torch.distributed.checkpoint.fsspec_filesystem")
     except ImportError:  # older torch ships them under a private name
@@ -480,13 +502,9 @@ def _fsspec_storage() -> Any:
 
 def _filesystem(uri: str) -> tuple[Any, str]:
     try:
-        import fsspec  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise CheckpointError(
-            f"{uri!r} needs fsspec (pip install 'crucible[train]') and its driver for the scheme"
-        ) from exc
-    fs, root = fsspec.core.url_to_fs(uri)
-    return fs, str(root)
+        return remote.filesystem(uri)
+    except remote.StorageUnavailable as exc:
+        raise CheckpointError(str(exc)) from exc
 
 
 class TrainState:

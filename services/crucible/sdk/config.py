@@ -26,6 +26,12 @@ class RunEnvironment(BaseSettings):
         description="Where the run writes the files it publishes (on Kubernetes, a volume "
         "every pod reaches); default: $CRUCIBLE_HOME/runs/<run_id>/outputs.",
     )
+    outputs_uri: str | None = Field(
+        default=None,
+        description="Object storage (s3://...) that published files are copied under and "
+        "registered from, so pods without a shared volume read them; default: none, files "
+        "are registered where they are written.",
+    )
     checkpoint_uri: str | None = Field(
         default=None,
         description="Prefix under which checkpoints go; default: "

@@ -47,6 +47,7 @@ class Run:
         attempt: int | None,
         checkpoint_uri: str,
         outputs_dir: Path,
+        outputs_uri: str | None,
         resume_from: str | None,
         max_buffered_points: int,
         flush_interval: float,
@@ -59,6 +60,7 @@ class Run:
         self.rank = distributed.rank()
         self.checkpoint_uri = checkpoint_uri
         self._outputs_dir = outputs_dir
+        self._outputs_uri = outputs_uri
         self._resume_from = resume_from
         self._settings = settings
         self._client = CrucibleClient.from_settings(settings)
@@ -184,7 +186,13 @@ class Run:
         """Resolve `name@version` or `name@latest` to verified local files and record it as
         one of this run's inputs. Raises `DatasetCorrupt` when the files differ from the
         registered digest."""
-        return datasets.resolve_input(self._client, project=self.project, run_id=self.id, ref=ref)
+        return datasets.resolve_input(
+            self._client,
+            project=self.project,
+            run_id=self.id,
+            ref=ref,
+            cache_dir=self._settings.home / "datasets",
+        )
 
     def publish_dataset(
         self,
@@ -194,7 +202,9 @@ class Run:
         schema: dict[str, Any] | None = None,
     ) -> DatasetVersionPublic:
         """Register the file or directory at `path` as a new version of dataset `name`
-        produced by this run (the same content again returns the existing version)."""
+        produced by this run (the same content again returns the existing version). With
+        CRUCIBLE_OUTPUTS_URI set (object storage), the files are copied under it and the
+        copy is registered."""
         return datasets.publish(
             self._client,
             project=self.project,
@@ -203,6 +213,7 @@ class Run:
             path=Path(path).absolute(),
             record_count=record_count,
             schema=schema,
+            outputs_uri=self._outputs_uri,
         )
 
     def record_eval(
@@ -312,6 +323,7 @@ def init(
         attempt=attempt if attempt is not None else environment.attempt,
         checkpoint_uri=checkpoint_uri or environment.checkpoint_uri or default_uri,
         outputs_dir=environment.outputs_dir or settings.home / "runs" / str(run_id) / "outputs",
+        outputs_uri=environment.outputs_uri,
         resume_from=resume_from if resume_from is not None else environment.resume_from,
         max_buffered_points=max_buffered_points,
         flush_interval=flush_interval,

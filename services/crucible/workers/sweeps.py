@@ -1,19 +1,22 @@
 """The periodic work: start the next attempt of runs whose backoff is over, treat attempts
 that stopped sending heartbeats as hung, and apply checkpoint retention."""
 
+import logging
 import shutil
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from crucible.artifacts import storage
+from crucible.artifacts import remote, storage
 from crucible.core import recovery, retention, runs, watchdog
 from crucible.db.engine import transaction
 from crucible.db.tables import Run
 from crucible.domain import reasons
 from crucible.domain.enums import TERMINAL_PHASES, Backend, Phase
 from crucible.workers import kubernetes
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 120.0
 """Four missed SDK heartbeats (sent every 15 s) and some slack for a busy API."""
@@ -43,12 +46,18 @@ def expire_silent_attempts(
 
 
 def retire_checkpoints(factory: sessionmaker[Session]) -> int:
-    """Apply checkpoint retention; files of `file://` checkpoints go after the commit."""
+    """Apply checkpoint retention; the files go after the commit (a store that does not
+    answer keeps them: they are no longer registered, so nothing reads them)."""
     with transaction(factory) as session:
         retired = retention.retire_checkpoints(session)
     for checkpoint in retired:
         path = storage.local_path(checkpoint.uri)
-        if path is not None and path.exists():
+        if path is None:
+            try:
+                remote.remove(checkpoint.uri)
+            except Exception:  # botocore and aiohttp raise many kinds; all mean "not now"
+                log.warning("could not delete retired checkpoint %s", checkpoint.uri, exc_info=True)
+        elif path.exists():
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:

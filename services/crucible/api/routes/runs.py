@@ -4,10 +4,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
-from crucible.api.deps import CurrentPrincipal, Uow
+from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId, PathNumber, QueryId
 from crucible.api.streaming import event_stream
 from crucible.core import goodput, inputs, runs
+from crucible.core.storage_check import require_usable_storage
 from crucible.domain.enums import Phase, RunKind
 from crucible.schemas.common import Page
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
@@ -28,9 +29,15 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 
 
 @router.post("/runs", status_code=201, operation_id="submitRun")
-def submit_run(body: RunSubmit, uow: Uow, principal: CurrentPrincipal) -> RunPublic:
+def submit_run(
+    body: RunSubmit, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
+) -> RunPublic:
     with uow() as session:
-        return runs.submit_run(session=session, principal=principal, run_in=body)
+        run = runs.submit_run(session=session, principal=principal, run_in=body)
+        # After the project's access check (a viewer learns nothing of buckets), before the
+        # commit: a refusal rolls the whole submission back.
+        require_usable_storage(body.manifest, settings.storage_roots)
+        return run
 
 
 @router.get("/runs", operation_id="listRuns")

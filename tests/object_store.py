@@ -1,0 +1,67 @@
+"""The test stack's S3 server (scripts/objectstore, started by scripts/test): its address
+and keys, as a client gets them, and a fresh prefix of the bucket for each test."""
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from s3fs import S3FileSystem  # type: ignore[import-untyped]
+
+NOT_STARTED = (
+    "no object store: CRUCIBLE_S3_ENDPOINT_URL is unset. scripts/test starts one; by hand: "
+    'eval "$(scripts/objectstore up)"'
+)
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a process needs to reach the store: the variables the AWS SDKs read."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def prefix(self, what: str) -> str:
+        return f"s3://{self.bucket}/tests/{what}-{uuid.uuid4().hex[:10]}"
+
+
+# Read once, at import: fixtures that give a workload a clean CRUCIBLE_* environment
+# remove these variables before a test runs.
+_SETTINGS = {
+    name: os.environ.get(f"CRUCIBLE_S3_{name}")
+    for name in ("ENDPOINT_URL", "BUCKET", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY")
+}
+
+
+def object_store() -> ObjectStore:
+    if not all(_SETTINGS.values()):
+        pytest.fail(NOT_STARTED)
+    return ObjectStore(
+        endpoint=str(_SETTINGS["ENDPOINT_URL"]),
+        bucket=str(_SETTINGS["BUCKET"]),
+        access_key=str(_SETTINGS["ACCESS_KEY_ID"]),
+        secret_key=str(_SETTINGS["SECRET_ACCESS_KEY"]),
+    )
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[ObjectStore]:
+    """The store, with this process's environment pointed at it. fsspec keeps one filesystem
+    per set of arguments, made from the environment of its day; each test starts afresh."""
+    store = object_store()
+    for name, value in store.client_env.items():
+        monkeypatch.setenv(name, value)
+    S3FileSystem.clear_instance_cache()
+    yield store
+    S3FileSystem.clear_instance_cache()
