@@ -1,8 +1,12 @@
 """Submitting runs and driving them through the phase state machine."""
 
+import httpx
+import pytest
 from fastapi.testclient import TestClient
+from s3fs import S3FileSystem  # type: ignore[import-untyped]
 
 from tests.conftest import bearer, make_project, make_token, submit, training_run
+from tests.object_store import ObjectStore
 
 
 def test_submit_creates_run_and_experiment_and_is_idempotent(admin: TestClient) -> None:
@@ -149,3 +153,27 @@ def test_the_event_feed_follows_every_visible_run_from_now_on(
     bad = admin.get("/api/v1/events", params={"after_id": -1})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "after_id"]
     assert client.get("/api/v1/events").status_code == 401
+
+
+def test_a_checkpoint_storage_the_pods_cannot_use_is_refused_at_submit_with_the_reason(
+    admin: TestClient, s3: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_project(admin)
+
+    def submitted(name: str, storage: str) -> httpx.Response:
+        manifest = training_run(name=name, checkpoints={"storage": storage})
+        return admin.post("/api/v1/runs", json={"project": "vision", "manifest": manifest})
+
+    assert submitted("in-the-bucket", f"{s3.prefix('ckpt')}").status_code == 201
+    missing = submitted("no-bucket", "s3://no-such-bucket/ckpt")
+    assert missing.status_code == 422
+    assert "s3://no-such-bucket/ckpt" in missing.text
+    assert "bucket 'no-such-bucket' does not exist" in missing.text
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    S3FileSystem.clear_instance_cache()
+    down = submitted("store-down", f"s3://{s3.bucket}/ckpt")
+    assert down.status_code == 422 and "does not answer" in down.text
+    # Refused means nothing was written: the names are still free.
+    listed = admin.get("/api/v1/runs", params={"project": "vision"}).json()["items"]
+    names = [r["name"] for r in listed]
+    assert names == ["in-the-bucket"]

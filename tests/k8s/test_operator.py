@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from crucible_operator import naming
+from tests.checkpoint_files import checkpoint_files
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -289,12 +290,7 @@ def test_an_eviction_is_an_interruption_and_the_next_attempt_resumes_from_the_ch
     run = api_run(stack, ns, "evicted")
     checkpoint = stack.post(
         f"/runs/{run['id']}/checkpoints",
-        {
-            "step": 100,
-            "uri": f"s3://ckpt/{ns}/evicted/100",
-            "digest": "sha256:" + "a" * 64,
-            "size_bytes": 1024,
-        },
+        {"step": 100, **checkpoint_files(f"{ns}-evicted", 100, "a")},
     )
 
     h.evict_pod(ns, pod["metadata"]["name"])
@@ -326,12 +322,7 @@ def test_checkpoints_reach_the_status_and_a_preempt_request_drains_without_readi
         checkpoints.append(
             stack.post(
                 f"/runs/{run['id']}/checkpoints",
-                {
-                    "step": step,
-                    "uri": f"s3://ckpt/{ns}/asked/{step}",
-                    "digest": "sha256:" + "b" * 64,
-                    "size_bytes": 1024,
-                },
+                {"step": step, **checkpoint_files(f"{ns}-asked", step, "b")},
             )
         )
         stack.wait_for(

@@ -113,10 +113,12 @@ def reachable_problem(uri: str) -> str | None:
     try:
         fs, root = filesystem(uri)
         bucket = root.split("/", 1)[0]
-        if not fs.exists(bucket):
-            return f"bucket {bucket!r} does not exist"
+        fs.invalidate_cache(bucket)
+        fs.info(bucket)  # not `exists`, which answers False for a store that is down too
+    except FileNotFoundError:
+        return f"bucket {bucket!r} does not exist"
     except StorageUnavailable as exc:
         return str(exc)
     except Exception as exc:  # botocore and aiohttp raise many kinds; all mean "unreachable"
-        return f"the storage does not answer: {type(exc).__name__}: {exc}"
+        return f"the storage does not answer or refuses: {type(exc).__name__}: {exc}"
     return None
