@@ -14,13 +14,14 @@ Resuming reads the checkpoint record, recomputes the digest of the files and ref
 when it differs: a truncated or altered checkpoint is never used.
 """
 
+import contextlib
 import errno
 import importlib
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,10 +164,12 @@ class Checkpointer:
     ) -> CheckpointPublic | None:
         self.wait()  # one save at a time: the next may reuse the staging buffers
         temp_uri, final_uri = self._uris(step)
-        self._prepare(temp_uri)
+        with self._storage_errors(step):
+            self._prepare(temp_uri)
         state_dict = dict(state)
         if not async_save:
-            writer = self._writer(temp_uri)
+            with self._storage_errors(step):
+                writer = self._writer(temp_uri)
             try:
                 _dcp("dcp_save")(
                     state_dict, storage_writer=writer, no_dist=not distributed.is_distributed()
@@ -190,7 +193,8 @@ class Checkpointer:
             key: value.state_dict() if isinstance(value, stateful) else value
             for key, value in state_dict.items()
         }
-        writer = self._async_writer(temp_uri, state_dict)
+        with self._storage_errors(step):
+            writer = self._async_writer(temp_uri, state_dict)
         # When async_save returns, the copy of every tensor is complete and only the write is
         # left: no `async_stager` is given and the writer is a FileSystemWriter (FsspecWriter
         # derives from it), which is itself a BlockingAsyncStager, so async_save stages through
@@ -224,6 +228,19 @@ class Checkpointer:
         self._pending = pending
         return None
 
+    @contextlib.contextmanager
+    def _storage_errors(self, step: int) -> Iterator[None]:
+        """What the storage raises before any shard is written (a store that refuses or does
+        not answer, a volume not mounted) becomes a CheckpointError that names the step and
+        the storage, as DCP's own errors do once the writes began."""
+        try:
+            yield
+        except Exception as exc:
+            raise CheckpointError(
+                f"checkpoint at step {step} could not be written to {self._base_uri}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
     def _uris(self, step: int) -> tuple[str, str]:
         """Where a save of `step` writes, and the name it is registered under.
 
@@ -256,7 +273,9 @@ class Checkpointer:
         full = _storage_full(exc)
         if full is None:
             if type(exc).__name__ == "CheckpointException":
-                return CheckpointError(f"checkpoint at step {step} could not be written: {exc}")
+                return CheckpointError(
+                    f"checkpoint at step {step} could not be written to {self._base_uri}: {exc}"
+                )
             return exc
         path = storage.local_path(temp_uri)
         if path is not None:
