@@ -83,9 +83,7 @@ def private_store(tmp_path: Path) -> Iterator[PrivateStore]:
         [str(OBJECTSTORE), "up"], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    exported = dict(
-        line.removeprefix("export ").split("=", 1) for line in done.stdout.splitlines()
-    )
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in done.stdout.splitlines())
     store = ObjectStore(
         endpoint=exported["CRUCIBLE_S3_ENDPOINT_URL"],
         bucket=exported["CRUCIBLE_S3_BUCKET"],
