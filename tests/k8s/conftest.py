@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.k8s import cluster_helpers as h
+from tests.k8s.real_node import load_workload_image
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,3 +57,17 @@ def namespace(cluster: h.Cluster, request: pytest.FixtureRequest) -> Iterator[st
         yield name
     finally:
         h.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def host_ip(cluster: h.Cluster) -> str:
+    """Where the real node's pods reach this machine (its address on their bridge)."""
+    if cluster.host_ip is None:
+        pytest.fail("the cluster has no real node (started with CRUCIBLE_REAL_NODE=0?)")
+    return cluster.host_ip
+
+
+@pytest.fixture(scope="session")
+def workload_image(cluster: h.Cluster) -> str:
+    """The workload image of this tree, in the real node's containerd."""
+    return load_workload_image(cluster.env())

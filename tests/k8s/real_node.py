@@ -9,9 +9,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from crucible.client import ApiError, CrucibleClient
 from crucible.demo.loop import QUICK, loop_manifests
 from tests.k8s import cluster_helpers as h
-from tests.k8s.operator_stack import Stack
+from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
+from tests.object_store import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "helm" / "crucible" / "crds"
@@ -54,12 +56,13 @@ def stack_on_real_node(
     *,
     host_ip: str,
     image: str,
-    shared_dir: Path,
+    storage: tuple[str, ...],
     suffix: str = "realnode",
     broker_database: int = 9,
 ) -> Stack:
-    """API, workers and operator whose pods run the workload image with `shared_dir` as the
-    storage claim's path (not started)."""
+    """API, workers and operator whose pods run the workload image, with the operator's
+    `storage` arguments (`claim_storage`, or --storage-uri and --storage-secret); not
+    started."""
     return Stack(
         workdir,
         kube_env,
@@ -69,10 +72,7 @@ def stack_on_real_node(
         operator_args=(
             "--default-image",
             image,
-            "--storage-claim",
-            CLAIM,
-            "--storage-path",
-            str(shared_dir),
+            *storage,
             "--grace-seconds",
             "60",
             # Every workload pod goes to the real node, so manifests apply as written.
@@ -81,6 +81,35 @@ def stack_on_real_node(
             "--workload-toleration",
             REAL_NODE_LABEL,
         ),
+    )
+
+
+def claim_storage(shared_dir: Path) -> tuple[str, ...]:
+    """The operator's arguments for the claim CLAIM, mounted at `shared_dir`."""
+    return ("--storage-claim", CLAIM, "--storage-path", str(shared_dir))
+
+
+S3_SECRET = "crucible-s3"
+
+
+def object_storage(store: ObjectStore, prefix: str) -> tuple[str, ...]:
+    """The operator's arguments for checkpoints and outputs under `prefix` of the store, the
+    keys in the Secret S3_SECRET (`add_s3_secret`)."""
+    assert prefix.startswith(f"s3://{store.bucket}/"), prefix
+    return ("--storage-uri", prefix, "--storage-secret", S3_SECRET)
+
+
+def add_s3_secret(namespace: str, store: ObjectStore) -> None:
+    """The Secret pods of `namespace` take the store's address and keys from."""
+    h.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": S3_SECRET},
+            "type": "Opaque",
+            "stringData": store.client_env,
+        },
+        namespace=namespace,
     )
 
 
@@ -126,3 +155,46 @@ def teacher(namespace: str, prefix: str) -> dict[str, Any]:
     manifest["metadata"].update(name=f"{prefix}-teacher", namespace=namespace)
     manifest["spec"]["scheduling"] = ON_REAL_NODE
     return manifest
+
+
+def sft_run(namespace: str, name: str, data_from: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "experiment": "real-node",
+            "inputs": [{"producedBy": data_from}],
+            "config": {
+                "model": {"preset": "tiny"},
+                "task": {"digits": 1, "operators": ["+"]},
+                "train": {"mode": "sft", "lr": 3e-3, "batch_size": 32, "warmup_steps": 20},
+            },
+            "scheduling": ON_REAL_NODE,
+            **spec,
+        },
+    }
+
+
+def wait_runs(stack: Stack, namespace: str, names: list[str], seconds: float) -> dict[str, Any]:
+    """The named runs once all are terminal (any phase), by name."""
+    with CrucibleClient(stack.url, ADMIN_TOKEN) as api:
+
+        def terminal() -> dict[str, Any] | None:
+            try:
+                runs = {r.name: r for r in api.list_runs(project=namespace, limit=100).items}
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                return None
+            if all(n in runs and runs[n].phase.is_terminal for n in names):
+                return runs
+            return None
+
+        runs: dict[str, Any] = stack.wait_for(f"runs {names}", terminal, seconds=seconds)
+        return runs
+
+
+def losses(stack: Stack, run_id: int) -> dict[int, float]:
+    (series,) = stack.get(f"/runs/{run_id}/metrics", keys="loss")["series"]
+    return dict(zip(series["steps"], series["values"], strict=True))

@@ -200,6 +200,11 @@ def test_without_database_or_broker_the_chart_says_what_to_set(cluster: h.Cluste
         (["--set", "image.pullPolicy=Sometimes"], ["/image/pullPolicy", "IfNotPresent"]),
         (["--set", "metrics.prometheusRule.apiErrorRatio=5"], ["apiErrorRatio", "maximum"]),
         (["--set", "postgresql.password=p@ss/word"], ["/postgresql/password"]),
+        (["--set", "storage.uri=gs://bucket/x"], ["/storage/uri"]),
+        (
+            ["--set", "storage.uri=s3://bucket/x", "--set", "storage.claim=shared"],
+            ['storage.claim ("shared") and storage.uri ("s3://bucket/x")', "set one"],
+        ),
         (
             ["--set", "controlPlane.resources.requests=null"],
             ["/controlPlane/resources", "requests"],
@@ -226,6 +231,27 @@ def test_bad_values_are_rejected_with_a_clear_message(
     for fragment in expected:
         assert fragment in proc.stderr, proc.stderr
     assert "hunter2" not in proc.stderr
+
+
+def test_object_storage_reaches_the_operator_and_its_keys_the_workers_and_the_api(
+    cluster: h.Cluster,
+) -> None:
+    docs = render(
+        "-f", str(VALUES["default"]), "--set", "storage.uri=s3://team/crucible",
+        "--set", "storage.secret=s3-keys",
+    )  # fmt: skip
+    pods = dict(pod_templates(docs))
+    operator = next(spec for name, spec in pods.items() if name.endswith("-operator"))
+    args = operator["containers"][0]["args"]
+    assert args[args.index("--storage-uri") + 1] == "s3://team/crucible"
+    assert args[args.index("--storage-secret") + 1] == "s3-keys"
+    keys = {"secretRef": {"name": "s3-keys"}}
+    for name, spec in pods.items():
+        env_from = spec["containers"][0].get("envFrom", [])
+        # The operator only names the Secret in the pods it makes; it never holds the keys.
+        wants = any(part in name for part in ("-control-plane", "-worker", "-beat"))
+        assert (keys in env_from) == wants, (name, env_from)
+        assert not any(v.get("persistentVolumeClaim") for v in spec.get("volumes", [])), name
 
 
 def test_every_pod_runs_restricted_with_requests(cluster: h.Cluster) -> None:

@@ -24,26 +24,17 @@ from tests.k8s.real_node import (
     ON_REAL_NODE,
     REAL_NODE,
     add_shared_storage,
+    claim_storage,
     install_crds,
-    load_workload_image,
+    losses,
+    sft_run,
     stack_on_real_node,
     teacher,
+    wait_runs,
 )
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
-
-
-@pytest.fixture(scope="module")
-def host_ip(cluster: h.Cluster) -> str:
-    if cluster.host_ip is None:
-        pytest.fail("the cluster has no real node (started with CRUCIBLE_REAL_NODE=0?)")
-    return cluster.host_ip
-
-
-@pytest.fixture(scope="module")
-def workload_image(cluster: h.Cluster) -> str:
-    return load_workload_image(cluster.env())
 
 
 def _pod(name: str, image: str, command: list[str]) -> dict[str, Any]:
@@ -174,7 +165,7 @@ def real_stack(
         cluster.env(),
         host_ip=host_ip,
         image=workload_image,
-        shared_dir=shared_dir,
+        storage=claim_storage(shared_dir),
     )
     stack.start()
     yield stack
@@ -253,49 +244,6 @@ def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
 # --- hand-offs between attempts and between pods --------------------------------------------
 
 
-def _sft(namespace: str, name: str, data_from: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "crucible.dev/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "experiment": "real-node",
-            "inputs": [{"producedBy": data_from}],
-            "config": {
-                "model": {"preset": "tiny"},
-                "task": {"digits": 1, "operators": ["+"]},
-                "train": {"mode": "sft", "lr": 3e-3, "batch_size": 32, "warmup_steps": 20},
-            },
-            "scheduling": ON_REAL_NODE,
-            **spec,
-        },
-    }
-
-
-def _wait_runs(stack: Stack, namespace: str, names: list[str], seconds: float) -> dict[str, Any]:
-    """The named runs once all are terminal (any phase), by name."""
-    with CrucibleClient(stack.url, ADMIN_TOKEN) as api:
-
-        def terminal() -> dict[str, Any] | None:
-            try:
-                runs = {r.name: r for r in api.list_runs(project=namespace, limit=100).items}
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                return None
-            if all(n in runs and runs[n].phase.is_terminal for n in names):
-                return runs
-            return None
-
-        runs: dict[str, Any] = stack.wait_for(f"runs {names}", terminal, seconds=seconds)
-        return runs
-
-
-def _losses(stack: Stack, run_id: int) -> dict[int, float]:
-    (series,) = stack.get(f"/runs/{run_id}/metrics", keys="loss")["series"]
-    return dict(zip(series["steps"], series["values"], strict=True))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resumes_bitwise(
@@ -304,8 +252,8 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
     producer = teacher(storage_ns, "ev")
     steps = {"steps": 400}
     every = {"everySteps": 200, "keepLast": 5}
-    evicted = _sft(storage_ns, "evicted", "ev-teacher", checkpoints=every)
-    steady = _sft(storage_ns, "steady", "ev-teacher", checkpoints=every)
+    evicted = sft_run(storage_ns, "evicted", "ev-teacher", checkpoints=every)
+    steady = sft_run(storage_ns, "steady", "ev-teacher", checkpoints=every)
     for run in (evicted, steady):
         run["spec"]["config"]["train"].update(steps)
     h.apply(producer, evicted, steady)
@@ -319,7 +267,7 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
     first = real_stack.wait_for("the run past step 60", lambda: running_past(60), seconds=400)
     h.evict_pod(storage_ns, "evicted-a1-0")  # the Eviction API, as `kubectl drain` uses
 
-    runs = _wait_runs(real_stack, storage_ns, ["evicted", "steady"], seconds=600)
+    runs = wait_runs(real_stack, storage_ns, ["evicted", "steady"], seconds=600)
     assert runs["evicted"].phase == Phase.Succeeded, (runs["evicted"], real_stack.logs())
     attempts = real_stack.get(f"/runs/{first['id']}/attempts")
     assert [a["end_reason"] for a in attempts] == ["Evicted", "Completed"], attempts
@@ -331,7 +279,7 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
     assert checkpoint["uri"].startswith(f"file://{shared_dir}/runs/{first['id']}/checkpoints/")
     assert 60 <= checkpoint["step"] < 400 and checkpoint["step"] != 200, checkpoint
     # The losses of the interrupted run are bitwise those of the uninterrupted one.
-    assert _losses(real_stack, first["id"]) == _losses(real_stack, runs["steady"].id)
+    assert losses(real_stack, first["id"]) == losses(real_stack, runs["steady"].id)
 
 
 @pytest.mark.slow
@@ -339,13 +287,13 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
 def test_a_two_node_run_rendezvouses_through_the_headless_service_and_trains(
     storage_ns: str, real_stack: Stack
 ) -> None:
-    two_nodes = _sft(storage_ns, "two-nodes", "mn-teacher", nodes=2, processesPerNode=1)
+    two_nodes = sft_run(storage_ns, "two-nodes", "mn-teacher", nodes=2, processesPerNode=1)
     two_nodes["spec"]["config"]["train"]["steps"] = 200
     h.apply(
         teacher(storage_ns, "mn"),
         two_nodes,
     )
-    runs = _wait_runs(real_stack, storage_ns, ["two-nodes"], seconds=600)
+    runs = wait_runs(real_stack, storage_ns, ["two-nodes"], seconds=600)
     run = runs["two-nodes"]
     assert run.phase == Phase.Succeeded, (run, real_stack.logs())
     pods = h.kubectl_json(
@@ -358,7 +306,7 @@ def test_a_two_node_run_rendezvouses_through_the_headless_service_and_trains(
     follower = next(p for p in pods if p["metadata"]["name"].endswith("-1"))
     env = {e["name"]: e.get("value") for e in follower["spec"]["containers"][0]["env"]}
     assert env["MASTER_ADDR"] == f"two-nodes-a1-0.two-nodes.{storage_ns}.svc"
-    assert sorted(_losses(real_stack, run.id)) == list(range(1, 201))
+    assert sorted(losses(real_stack, run.id)) == list(range(1, 201))
 
 
 @pytest.mark.timeout(300)
@@ -377,7 +325,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_run_with_the_reason(
         },
     }
     h.apply(run)
-    runs = _wait_runs(real_stack, storage_ns, ["no-image"], seconds=240)
+    runs = wait_runs(real_stack, storage_ns, ["no-image"], seconds=240)
     failed = runs["no-image"]
     assert failed.phase == Phase.Failed, failed
     attempts = real_stack.get(f"/runs/{failed.id}/attempts")

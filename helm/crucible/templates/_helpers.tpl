@@ -98,6 +98,9 @@ app.kubernetes.io/part-of: crucible
 {{- if not (or $v.broker.url $v.broker.existingSecret $v.redis.enabled) -}}
 {{- fail "no broker: set broker.existingSecret (a Secret with the Redis URL, recommended), broker.url, or redis.enabled=true for a trial install" -}}
 {{- end -}}
+{{- if and $v.storage.claim $v.storage.uri -}}
+{{- fail (printf "storage.claim (%q) and storage.uri (%q) are two kinds of storage: set one" $v.storage.claim $v.storage.uri) -}}
+{{- end -}}
 {{- if and $v.database.url (not (regexMatch "^postgresql(\\+psycopg)?://" $v.database.url)) -}}
 {{- fail (printf "database.url must be a Postgres URL (postgresql+psycopg://user:password@host:5432/db), got a URL starting %q" (regexFind "^[^:]*:?" $v.database.url)) -}}
 {{- end -}}
@@ -185,6 +188,16 @@ checksum/secret: {{ pick .Values "database" "broker" "adminToken" "postgresql" "
 envFrom:
   - configMapRef:
       name: {{ include "crucible.fullname" . }}-config
+{{- end -}}
+
+{{/* The object storage keys, for the workers (recovery's checks, retention) and the API
+(submit's check); the operator needs none, it only names the Secret in pods. */}}
+{{- define "crucible.envFromConfigAndStorage" -}}
+{{ include "crucible.envFromConfig" . }}
+{{- if and .Values.storage.uri .Values.storage.secret }}
+  - secretRef:
+      name: {{ .Values.storage.secret }}
+{{- end }}
 {{- end -}}
 
 {{- define "crucible.tmpVolumeMount" -}}

@@ -1,0 +1,133 @@
+"""The real node with object storage instead of a shared volume: the operator runs with
+--storage-uri on the test stack's S3 server (scripts/objectstore, listening on the pods'
+bridge) and pods take its keys from a Secret. A teacher publishes its dataset to S3, two SFT
+runs read it back, one is evicted: its SIGTERM checkpoint goes to S3, the workers check it
+there, and the next pod resumes from it with the uninterrupted run's losses, bitwise.
+
+Its own module, so its stack (whose operator watches every namespace) never runs beside
+test_real_node's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from crucible.artifacts import remote
+from crucible.domain.enums import Phase
+from tests.k8s import cluster_helpers as h
+from tests.k8s.operator_stack import Stack
+from tests.k8s.real_node import (
+    add_s3_secret,
+    install_crds,
+    losses,
+    object_storage,
+    sft_run,
+    stack_on_real_node,
+    teacher,
+    wait_runs,
+)
+from tests.object_store import ObjectStore, object_store
+
+pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
+
+
+@pytest.fixture(scope="module")
+def store(host_ip: str) -> ObjectStore:
+    found = object_store()
+    assert host_ip in found.endpoint, (
+        f"the S3 server listens on {found.endpoint}, which the pods cannot reach; start it "
+        "after the cluster (scripts/test does) so it takes the bridge's address"
+    )
+    return found
+
+
+@pytest.fixture(scope="module")
+def prefix(store: ObjectStore) -> str:
+    return store.prefix("realnode")
+
+
+@pytest.fixture(scope="module")
+def s3_stack(
+    cluster: h.Cluster,
+    host_ip: str,
+    workload_image: str,
+    store: ObjectStore,
+    prefix: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
+    install_crds()
+    # The workers check and retire checkpoints on S3, and the API checks storage at submit:
+    # they get the same keys as the pods, from their environment.
+    stack = stack_on_real_node(
+        tmp_path_factory.mktemp("s3-stack"),
+        {**cluster.env(), **store.client_env},
+        host_ip=host_ip,
+        image=workload_image,
+        storage=object_storage(store, prefix),
+        suffix="realnode_s3",
+    )
+    stack.start()
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def s3_ns(namespace: str, store: ObjectStore, s3_stack: Stack) -> Iterator[str]:
+    add_s3_secret(namespace, store)
+    yield namespace
+    h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_evicted_attempt_checkpoints_to_s3_and_the_next_pod_resumes_bitwise(
+    s3_ns: str, s3_stack: Stack, store: ObjectStore, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = teacher(s3_ns, "s3")
+    every = {"everySteps": 200, "keepLast": 5}
+    evicted = sft_run(s3_ns, "evicted", "s3-teacher", checkpoints=every)
+    steady = sft_run(s3_ns, "steady", "s3-teacher", checkpoints=every)
+    for run in (evicted, steady):
+        run["spec"]["config"]["train"]["steps"] = 400
+    h.apply(producer, evicted, steady)
+
+    def running_past(step: int) -> object:
+        run = s3_stack.run_by_name(s3_ns, "evicted")
+        return (
+            run if run and run["phase"] == "Running" and (run["latest_step"] or 0) >= step else None
+        )
+
+    first = s3_stack.wait_for("the run past step 60", lambda: running_past(60), seconds=400)
+    h.evict_pod(s3_ns, "evicted-a1-0")
+
+    runs = wait_runs(s3_stack, s3_ns, ["s3-teacher", "evicted", "steady"], seconds=600)
+    assert all(r.phase == Phase.Succeeded for r in runs.values()), (runs, s3_stack.logs())
+    attempts = s3_stack.get(f"/runs/{first['id']}/attempts")
+    assert [a["end_reason"] for a in attempts] == ["Evicted", "Completed"], attempts
+    resumed_from = attempts[1]["resumed_from_checkpoint_id"]
+    checkpoint = s3_stack.get(f"/checkpoints/{resumed_from}")
+    # The SIGTERM save of attempt 1, on S3 under the run's id, named for its attempt.
+    assert checkpoint["uri"].startswith(f"{prefix}/runs/{first['id']}/checkpoints/"), checkpoint
+    assert checkpoint["uri"].endswith(".a1") and 60 <= checkpoint["step"] < 400, checkpoint
+    assert losses(s3_stack, first["id"]) == losses(s3_stack, runs["steady"].id)
+
+    # The teacher's dataset went to S3 and the runs read it from there.
+    dataset = s3_stack.get("/datasets/resolve", project=s3_ns, ref="s3-sft-data@latest")
+    assert dataset["uri"].startswith(f"{prefix}/runs/{runs['s3-teacher'].id}/outputs/"), dataset
+    for name, value in store.client_env.items():
+        monkeypatch.setenv(name, value)
+    found = remote.content(dataset["uri"])
+    assert found is not None and found.digest == dataset["digest"]
+
+    # The keys reached the pods from the Secret: no pod spec or event carries them.
+    pods = h.kubectl_json("get", "pods", "-o", "json", namespace=s3_ns)
+    events = h.kubectl_json("get", "events", "-o", "json", namespace=s3_ns)
+    for what in (pods, events):
+        assert store.secret_key not in json.dumps(what)
+    assert all(
+        c["envFrom"] == [{"secretRef": {"name": "crucible-s3"}}]
+        for p in pods["items"]
+        for c in p["spec"]["containers"]
+    )
