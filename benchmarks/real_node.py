@@ -5,6 +5,7 @@ eviction takes to turn into a running next attempt (issue 20's numbers).
     eval "$(scripts/services up)"; eval "$(scripts/cluster up)"
     .venv/bin/python -m benchmarks.real_node startup    # 20 runs, one after another
     .venv/bin/python -m benchmarks.real_node recovery   # 20 evictions of one training run
+    .venv/bin/python -m benchmarks.real_node recovery --storage s3   # checkpoints on S3
     .venv/bin/python -m benchmarks.real_node loop       # examples/kubernetes/loop.yaml
 
 `startup`: TrainingRuns applied one at a time, each one pod running `python -c "import
@@ -27,8 +28,13 @@ every workload pod on the real node and mounts the shared volume), then the held
 accuracy of every checkpoint and the loop's wall time, from the apply to the last eval, to
 set beside the embedded mode's (README: the same four documents as examples/demo-loop.yaml).
 
-Results: benchmarks/results/real_node_startup.json, real_node_recovery.json,
-real_node_loop.json.
+With `--storage s3` the operator keeps checkpoints and datasets on the S3 server of
+`scripts/objectstore` instead (`eval "$(scripts/objectstore up)"` after the cluster, so it
+listens on the pods' bridge): the SIGTERM checkpoint goes there and the next attempt reads
+it back, its digest checked first.
+
+Results: benchmarks/results/real_node_startup.json, real_node_recovery.json (and
+real_node_recovery_s3.json), real_node_loop.json.
 """
 
 from __future__ import annotations
@@ -48,12 +54,16 @@ from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 from tests.k8s.real_node import (
     ON_REAL_NODE,
+    add_s3_secret,
     add_shared_storage,
+    claim_storage,
     install_crds,
     load_workload_image,
+    object_storage,
     stack_on_real_node,
     teacher,
 )
+from tests.object_store import object_store
 
 RESULTS = Path(__file__).parent / "results"
 T = TypeVar("T")
@@ -239,6 +249,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("which", choices=["startup", "recovery", "loop"])
     parser.add_argument("--count", type=int, default=20, help="runs (startup) or evictions")
+    parser.add_argument(
+        "--storage",
+        choices=["volume", "s3"],
+        default="volume",
+        help="a hostPath shared volume, or the S3 server of scripts/objectstore",
+    )
     args = parser.parse_args()
     cluster = h.cluster_up()
     assert cluster.host_ip, "the cluster has no real node"
@@ -248,20 +264,29 @@ def main() -> None:
         shared = Path(tmp) / "shared"
         shared.mkdir()
         shared.chmod(0o1777)
+        namespace = h.create_namespace("bench-real")
+        volume = None
+        kube_env = cluster.env()
+        if args.storage == "s3":
+            store = object_store()
+            add_s3_secret(namespace, store)
+            storage = object_storage(store, store.prefix("bench-real"))
+            kube_env |= store.client_env  # the workers check checkpoints there
+        else:
+            volume = add_shared_storage(namespace, shared)
+            storage = claim_storage(shared)
         stack = stack_on_real_node(
             Path(tmp) / "stack",
-            cluster.env(),
+            kube_env,
             host_ip=cluster.host_ip,
             image=image,
-            shared_dir=shared,
+            storage=storage,
             suffix="bench_realnode",
             broker_database=10,
         )
-        namespace = h.create_namespace("bench-real")
-        volume = add_shared_storage(namespace, shared)
         stack.start()
         try:
-            config = {"image": image, "count": args.count}
+            config = {"image": image, "count": args.count, "storage": args.storage}
             if args.which == "startup":
                 write("real_node_startup", config, startup(stack, namespace, args.count))
             elif args.which == "loop":
@@ -276,14 +301,16 @@ def main() -> None:
                         "local_recovery", "interruption_to_next_attempt"
                     ),
                 }
-                write("real_node_recovery", config, results)
+                suffix = "_s3" if args.storage == "s3" else ""
+                write(f"real_node_recovery{suffix}", config, results)
         finally:
             h.kubectl(
                 "delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False
             )
             stack.stop()
             h.delete_namespace(namespace)
-            h.kubectl("delete", "pv", volume, "--wait=false", check=False)
+            if volume is not None:
+                h.kubectl("delete", "pv", volume, "--wait=false", check=False)
 
 
 if __name__ == "__main__":
