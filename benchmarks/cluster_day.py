@@ -77,6 +77,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
+from tests.checkpoint_files import checkpoint_files
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
 
@@ -458,13 +459,9 @@ class Day:
         progress = run.progress(now)
         attempt = run.running_attempt
         step = int(progress * 10)
-        body = {
-            "step": step,
-            "uri": f"s3://day/{run.name}/step-{step}",
-            "digest": "sha256:" + secrets.token_hex(32),
-            "size_bytes": 2**30 * run.gpus,
-            "attempt": attempt,
-        }
+        # Real (tiny) files: recovery checks a checkpoint's files before it resumes from it.
+        files = checkpoint_files(run.name, step, f"{attempt}/{secrets.token_hex(8)}")
+        body = {"step": step, **files, "attempt": attempt}
         started = time.monotonic()
         response = await self._call(http, f"/api/v1/runs/{run.run_id}/checkpoints", body)
         run.ckpt_inflight = False

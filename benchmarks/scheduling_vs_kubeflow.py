@@ -60,6 +60,7 @@ from benchmarks.operator_bench import (
 )
 from lightkube import AsyncClient, codecs
 from lightkube.generic_resource import create_namespaced_resource
+from tests.checkpoint_files import checkpoint_files
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -672,12 +673,9 @@ async def measure_recovery(
                     f"run {n}",
                     lambda n=n: stack.run_by_name(namespace, n),  # type: ignore[misc]
                 )
-                body = {
-                    "step": attempt * 1000,
-                    "uri": f"s3://bench/{namespace}/{n}/{attempt}",
-                    "digest": "sha256:" + f"{attempt:064x}",
-                    "size_bytes": 1,
-                }
+                # Real (tiny) files: recovery checks them before it resumes from them.
+                files = checkpoint_files(f"{namespace}-{n}", attempt * 1000, str(attempt))
+                body = {"step": attempt * 1000, **files}
                 checkpoint = await asyncio.to_thread(
                     stack.post, f"/runs/{run['id']}/checkpoints", body
                 )

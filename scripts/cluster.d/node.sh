@@ -243,10 +243,11 @@ node_up() {
     (( SECONDS < deadline )) || { tail -n 30 "$STATE/logs/kubelet.log" >&2; die "the real node never became Ready; see $STATE/logs/kubelet.log"; }
     sleep 0.5
   done
-  # Pods that ask for GPUs can bind here and run their CPU code: the node advertises eight,
-  # as an extended resource (there is no GPU and no device plugin behind it).
+  # Pods that ask for GPUs can bind here and run their CPU code: the node advertises
+  # sixteen, as an extended resource (there is no GPU and no device plugin behind it), so a
+  # two-pod run of 8 GPUs a pod (examples/kubernetes/multi-node-sft.yaml) fits.
   kc patch node "$REAL_NODE_NAME" --subresource=status --type=json \
-    -p '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"8"}]' >/dev/null \
+    -p '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"16"}]' >/dev/null \
     || die "advertising nvidia.com/gpu on $REAL_NODE_NAME failed"
   log "real node $REAL_NODE_NAME is Ready (pods on $POD_SUBNET, DNS at $BRIDGE_IP)"
 }
