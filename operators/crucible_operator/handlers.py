@@ -64,7 +64,10 @@ def build_registry() -> kopf.OperatorRegistry:
     def node_load(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, **_: Any) -> Any:
         node = spec.get("nodeName")
         if not node or status.get("phase") in ("Succeeded", "Failed"):
-            return None
+            # An empty mapping, not None: kopf keeps a pod's previous entry when its index
+            # function returns None, so a finished pod kept for its logs would hold its
+            # GPUs for as long as it exists, and gangs waiting for them would never start.
+            return {}
         return {node: pod_facts(body).demand}
 
     @kopf.index("nodes", registry=registry, id="cluster_nodes")
