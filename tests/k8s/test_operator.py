@@ -282,6 +282,27 @@ def test_gangs_applied_at_once_never_count_the_same_gpus(stack: Stack, ns: str) 
     assert len({p["spec"]["nodeName"] for p in bound}) == len(bound) == 2 * fits
 
 
+def test_a_waiting_gang_starts_when_finished_pods_that_are_kept_free_their_gpus(
+    stack: Stack, ns: str
+) -> None:
+    """Pods that ended stay (their logs are read), but their GPUs are free again."""
+    free = free_whole_nodes(stack)
+    assert free >= 1, "no fake node is free"
+    ends = {"podAnnotations": {h.FAKE_EXIT_CODE: "0", h.FAKE_RUN_DURATION: "4s"}}
+    h.apply(training_run("first", nodes=free, gpusPerNode=8, scheduling=ends), namespace=ns)
+    wait_running_pods(stack, ns, "first", 1, free)
+    h.apply(training_run("second", nodes=free, gpusPerNode=8), namespace=ns)
+    second = api_run(stack, ns, "second")
+    stack.wait_for(
+        "the second gang Unschedulable while the first runs",
+        lambda: stack.get(f"/runs/{second['id']}")["reason"] == "Unschedulable",
+    )
+    wait_phase(stack, ns, "first", "Succeeded")
+    kept = pods_of(ns, "first")
+    assert len(kept) == free and all(p["status"]["phase"] == "Succeeded" for p in kept)
+    wait_running_pods(stack, ns, "second", 1, free)
+
+
 def test_an_eviction_is_an_interruption_and_the_next_attempt_resumes_from_the_checkpoint(
     stack: Stack, ns: str
 ) -> None:
