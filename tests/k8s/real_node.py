@@ -84,6 +84,19 @@ def stack_on_real_node(
     )
 
 
+def enforce_restricted(namespace: str) -> None:
+    """Have the API server's PodSecurity admission refuse any pod of `namespace` that breaks
+    the `restricted` standard, as a hardened cluster's project namespaces do."""
+    h.kubectl(
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+        "--overwrite",
+    )
+
+
 def claim_storage(shared_dir: Path) -> tuple[str, ...]:
     """The operator's arguments for the claim CLAIM, mounted at `shared_dir`."""
     return ("--storage-claim", CLAIM, "--storage-path", str(shared_dir))

@@ -25,6 +25,7 @@ from tests.k8s.real_node import (
     REAL_NODE,
     add_shared_storage,
     claim_storage,
+    enforce_restricted,
     install_crds,
     losses,
     sft_run,
@@ -117,6 +118,7 @@ print(json.dumps(out))
 def test_a_pod_runs_the_workload_image_non_root_with_cluster_dns_and_the_host_reachable(
     namespace: str, host_ip: str, workload_image: str
 ) -> None:
+    enforce_restricted(namespace)
     server = http.server.ThreadingHTTPServer((host_ip, free_port()), _Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -176,7 +178,9 @@ def real_stack(
 
 @pytest.fixture
 def storage_ns(namespace: str, shared_dir: Path, real_stack: Stack) -> Iterator[str]:
-    """A namespace with the shared claim bound to the shared directory."""
+    """A namespace with the shared claim bound to the shared directory, where PodSecurity
+    admission enforces the restricted standard."""
+    enforce_restricted(namespace)
     volume = add_shared_storage(namespace, shared_dir)
     yield namespace
     h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
@@ -320,6 +324,18 @@ def test_the_multi_node_example_applied_as_written_rendezvouses_trains_and_evalu
             seconds=300,
         )
     assert sorted(e.step for e in evals) == [30, 60]
+
+
+def test_workload_namespaces_enforce_the_restricted_pod_security_standard(storage_ns: str) -> None:
+    """Every workload pod of these tests runs where the API server refuses what `restricted`
+    forbids, so their passing shows the operator's pods meet it."""
+    privileged = _pod("privileged", "registry.invalid/none:0", ["true"])
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    refused = h.kubectl(
+        "create", "-f", "-", input=json.dumps(privileged), namespace=storage_ns, check=False
+    )
+    assert refused.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
 
 
 @pytest.mark.timeout(300)

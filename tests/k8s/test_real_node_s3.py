@@ -20,6 +20,7 @@ from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 from tests.k8s.real_node import (
     add_s3_secret,
+    enforce_restricted,
     install_crds,
     losses,
     object_storage,
@@ -75,6 +76,7 @@ def s3_stack(
 
 @pytest.fixture
 def s3_ns(namespace: str, store: ObjectStore, s3_stack: Stack) -> Iterator[str]:
+    enforce_restricted(namespace)
     add_s3_secret(namespace, store)
     yield namespace
     h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
