@@ -93,4 +93,5 @@ def test_a_full_volume_ends_the_attempt_clearly_and_recovery_resumes_from_the_la
     assert second.end_reason == "Completed"
     log = (server.home / "runs" / str(run.id) / "attempt-2.log").read_text()
     assert "resumed from step 100" in log  # its digest checked, its weights loaded
-    assert sorted(p.name for p in small_volume.iterdir()) == ["step-00000100"]
+    written = small_volume / "runs" / str(run.id) / "checkpoints"
+    assert sorted(p.name for p in written.iterdir()) == ["step-00000100"]

@@ -142,7 +142,7 @@ def test_the_store_going_down_ends_the_attempt_clearly_and_the_run_resumes_once_
 
     assert first.end_reason == "ErrorExit"
     assert "checkpoint at step 200 could not be written" in first.message, first.message
-    assert f"could not be written to {base}" in first.message, first.message
+    assert f"could not be written to {base}/runs/{run.id}/" in first.message, first.message
     assert "EndpointConnectionError" in first.message, first.message
     # Nothing was decided from a store that did not answer: no checkpoint retired, no restart
     # from scratch; the run said why it waited.
@@ -155,5 +155,5 @@ def test_the_store_going_down_ends_the_attempt_clearly_and_the_run_resumes_once_
     for name, value in store.client_env.items():
         monkeypatch.setenv(name, value)
     S3FileSystem.clear_instance_cache()
-    fs, root = remote.filesystem(base)
+    fs, root = remote.filesystem(f"{base}/runs/{run.id}/checkpoints")
     assert [name.rsplit("/", 1)[-1] for name in fs.ls(root)] == ["step-00000100.a1"]

@@ -404,7 +404,7 @@ def test_with_a_storage_claim_checkpoints_and_published_files_go_to_the_shared_v
         pods.Attempt(run_id=9, number=2, resume_from=None, inputs=None),
         options,
     )
-    assert env(own)["CRUCIBLE_CHECKPOINT_URI"] == "s3://b/x"
+    assert env(own)["CRUCIBLE_CHECKPOINT_URI"] == "s3://b/x/runs/9/checkpoints"
 
 
 def test_with_object_storage_files_go_under_runs_and_keys_come_from_a_secret() -> None:

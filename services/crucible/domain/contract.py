@@ -36,10 +36,15 @@ def workload_env(
     """The run's identity, config, whole spec, pinned inputs, checkpoint location and where
     to leave a termination message, then the spec's own `env` (which may override any of
     them, on purpose)."""
+    own = (spec.get("checkpoints") or {}).get("storage")
+    if own:
+        # A prefix many runs may name (one spec applied twice, a team's bucket): each run
+        # writes under its own id, so no save of one can clear or clash with another's.
+        checkpoint_uri = f"{own.rstrip('/')}/runs/{run_id}/checkpoints"
     env = {
         "CRUCIBLE_RUN_ID": str(run_id),
         "CRUCIBLE_ATTEMPT": str(attempt),
-        "CRUCIBLE_CHECKPOINT_URI": (spec.get("checkpoints") or {}).get("storage") or checkpoint_uri,
+        "CRUCIBLE_CHECKPOINT_URI": checkpoint_uri,
         "CRUCIBLE_CONFIG": json.dumps(spec.get("config", {})),
         "CRUCIBLE_SPEC": json.dumps(spec),
         "CRUCIBLE_INPUTS": json.dumps(inputs or {"datasets": [], "checkpoint": None}),

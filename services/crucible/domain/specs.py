@@ -99,7 +99,10 @@ class CheckpointPolicy(SpecModel):
     ] = None
     storage: Annotated[
         str | None,
-        Field(description="Storage URI prefix (`file://`, `s3://`, ...). Default: run dir."),
+        Field(
+            description="Storage URI prefix (`file://`, `s3://`, ...): checkpoints go to "
+            "<prefix>/runs/<run id>/checkpoints. Default: the backend's storage."
+        ),
     ] = None
 
 
