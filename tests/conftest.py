@@ -22,7 +22,7 @@ from crucible.client import CrucibleClient
 from crucible.db import schema
 from crucible.db.tables import Base
 from crucible.settings import Settings, load_settings
-from tests.object_store import s3  # noqa: F401 - a fixture, for every test that asks
+from tests.object_store import forget_s3_clients, s3  # noqa: F401 - fixtures, for every test
 from tests.servers import LocalServer, local_server
 
 ADMIN_TOKEN = "cru_test-admin-token"

@@ -55,13 +55,25 @@ def object_store() -> ObjectStore:
     )
 
 
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[ObjectStore]:
-    """The store, with this process's environment pointed at it. fsspec keeps one filesystem
-    per set of arguments, made from the environment of its day; each test starts afresh."""
-    store = object_store()
+def point_at(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point this process's S3 clients at `store`. fsspec keeps one filesystem per set of
+    arguments, made from the environment of its day, so its cache goes too; the test that
+    calls this must clear it again when done (`s3` and `forget_s3_clients` do)."""
     for name, value in store.client_env.items():
         monkeypatch.setenv(name, value)
     S3FileSystem.clear_instance_cache()
-    yield store
+
+
+@pytest.fixture
+def forget_s3_clients() -> Iterator[None]:
+    """After the test, no S3 filesystem it made (maybe for another store) is reused."""
+    yield
     S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch, forget_s3_clients: None) -> ObjectStore:
+    """The store, with this process's environment pointed at it."""
+    store = object_store()
+    point_at(store, monkeypatch)
+    return store

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from s3fs import S3FileSystem  # type: ignore[import-untyped]
 
 from crucible.artifacts import remote
 from crucible.client import CrucibleClient
 from crucible.schemas.runs import RunSubmit
-from tests.object_store import ObjectStore
+from tests.object_store import ObjectStore, point_at
 from tests.servers import local_server
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -97,7 +96,10 @@ def private_store(tmp_path: Path) -> Iterator[PrivateStore]:
 
 
 def test_the_store_going_down_ends_the_attempt_clearly_and_the_run_resumes_once_it_is_back(
-    tmp_path: Path, private_store: PrivateStore, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    private_store: PrivateStore,
+    monkeypatch: pytest.MonkeyPatch,
+    forget_s3_clients: None,
 ) -> None:
     store = private_store.store
     base = store.prefix("ckpt")
@@ -152,8 +154,6 @@ def test_the_store_going_down_ends_the_attempt_clearly_and_the_run_resumes_once_
     assert [c.step for c in checkpoints] == [100]  # the failed save registered nothing
     assert second.resumed_from_checkpoint_id == checkpoints[0].id
     assert "resumed from step 100" in log  # its digest checked on S3, its weights loaded
-    for name, value in store.client_env.items():
-        monkeypatch.setenv(name, value)
-    S3FileSystem.clear_instance_cache()
+    point_at(store, monkeypatch)
     fs, root = remote.filesystem(f"{base}/runs/{run.id}/checkpoints")
     assert [name.rsplit("/", 1)[-1] for name in fs.ls(root)] == ["step-00000100.a1"]

@@ -331,9 +331,7 @@ def test_workload_namespaces_enforce_the_restricted_pod_security_standard(storag
     forbids, so their passing shows the operator's pods meet it."""
     privileged = _pod("privileged", "registry.invalid/none:0", ["true"])
     privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
-    refused = h.kubectl(
-        "create", "-f", "-", input=json.dumps(privileged), namespace=storage_ns, check=False
-    )
+    refused = h.kubectl_result("-n", storage_ns, "create", "-f", "-", input=json.dumps(privileged))
     assert refused.returncode != 0
     assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
 

@@ -29,7 +29,7 @@ from tests.k8s.real_node import (
     teacher,
     wait_runs,
 )
-from tests.object_store import ObjectStore, object_store
+from tests.object_store import ObjectStore, object_store, point_at
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
 
@@ -85,7 +85,12 @@ def s3_ns(namespace: str, store: ObjectStore, s3_stack: Stack) -> Iterator[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_an_evicted_attempt_checkpoints_to_s3_and_the_next_pod_resumes_bitwise(
-    s3_ns: str, s3_stack: Stack, store: ObjectStore, prefix: str, monkeypatch: pytest.MonkeyPatch
+    s3_ns: str,
+    s3_stack: Stack,
+    store: ObjectStore,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    forget_s3_clients: None,
 ) -> None:
     producer = teacher(s3_ns, "s3")
     every = {"everySteps": 200, "keepLast": 5}
@@ -118,8 +123,7 @@ def test_an_evicted_attempt_checkpoints_to_s3_and_the_next_pod_resumes_bitwise(
     # The teacher's dataset went to S3 and the runs read it from there.
     dataset = s3_stack.get("/datasets/resolve", project=s3_ns, ref="s3-sft-data@latest")
     assert dataset["uri"].startswith(f"{prefix}/runs/{runs['s3-teacher'].id}/outputs/"), dataset
-    for name, value in store.client_env.items():
-        monkeypatch.setenv(name, value)
+    point_at(store, monkeypatch)
     found = remote.content(dataset["uri"])
     assert found is not None and found.digest == dataset["digest"]
 
