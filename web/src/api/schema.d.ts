@@ -1080,7 +1080,7 @@ export interface components {
             keepLast: number;
             /**
              * Storage
-             * @description Storage URI prefix (`file://`, `s3://`, ...). Default: run dir.
+             * @description Storage URI prefix (`file://`, `s3://`, ...): checkpoints go to <prefix>/runs/<run id>/checkpoints. Default: the backend's storage.
              */
             storage?: string | null;
         };
