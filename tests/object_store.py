@@ -35,24 +35,24 @@ class ObjectStore:
     def prefix(self, what: str) -> str:
         return f"s3://{self.bucket}/tests/{what}-{uuid.uuid4().hex[:10]}"
 
+    @classmethod
+    def from_exports(cls, values: dict[str, str | None]) -> "ObjectStore":
+        """From scripts/objectstore's CRUCIBLE_S3_* lines (or the environment they set)."""
+        if not all(values.get(f"CRUCIBLE_S3_{name}") for name in _NAMES):
+            pytest.fail(NOT_STARTED)
+        return cls(*(str(values[f"CRUCIBLE_S3_{name}"]) for name in _NAMES))
 
+
+_NAMES = ("ENDPOINT_URL", "BUCKET", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY")  # field order
 # Read once, at import: fixtures that give a workload a clean CRUCIBLE_* environment
 # remove these variables before a test runs.
-_SETTINGS = {
-    name: os.environ.get(f"CRUCIBLE_S3_{name}")
-    for name in ("ENDPOINT_URL", "BUCKET", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY")
+_SETTINGS: dict[str, str | None] = {
+    f"CRUCIBLE_S3_{name}": os.environ.get(f"CRUCIBLE_S3_{name}") for name in _NAMES
 }
 
 
 def object_store() -> ObjectStore:
-    if not all(_SETTINGS.values()):
-        pytest.fail(NOT_STARTED)
-    return ObjectStore(
-        endpoint=str(_SETTINGS["ENDPOINT_URL"]),
-        bucket=str(_SETTINGS["BUCKET"]),
-        access_key=str(_SETTINGS["ACCESS_KEY_ID"]),
-        secret_key=str(_SETTINGS["SECRET_ACCESS_KEY"]),
-    )
+    return ObjectStore.from_exports(_SETTINGS)
 
 
 def point_at(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,12 +83,7 @@ def private_store(tmp_path: Path) -> Iterator[PrivateStore]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     exported = dict(line.removeprefix("export ").split("=", 1) for line in done.stdout.splitlines())
-    store = ObjectStore(
-        endpoint=exported["CRUCIBLE_S3_ENDPOINT_URL"],
-        bucket=exported["CRUCIBLE_S3_BUCKET"],
-        access_key=exported["CRUCIBLE_S3_ACCESS_KEY_ID"],
-        secret_key=exported["CRUCIBLE_S3_SECRET_ACCESS_KEY"],
-    )
+    store = ObjectStore.from_exports(exported)
     try:
         yield PrivateStore(store, env)
     finally:

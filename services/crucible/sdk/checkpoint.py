@@ -281,9 +281,7 @@ class Checkpointer:
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
         else:
-            fs, root = _filesystem(temp_uri)
-            if fs.exists(root):
-                fs.rm(root, recursive=True)
+            remote.remove(temp_uri)
         return CheckpointStorageFull(
             f"checkpoint at step {step} could not be written: the storage under "
             f"{self._base_uri} is full ({full.strerror or 'no space left'}); its partial files "
@@ -300,9 +298,7 @@ class Checkpointer:
                 if path.exists():
                     shutil.rmtree(path)
             else:
-                fs, root = _filesystem(temp_uri)
-                if fs.exists(root):
-                    fs.rm(root, recursive=True)
+                remote.remove(temp_uri)
         distributed.barrier()
 
     def _writer(self, uri: str, *, cache_staged_state_dict: bool = False) -> "FileSystemWriter":

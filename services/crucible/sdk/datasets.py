@@ -57,7 +57,7 @@ def _local_copy(version: DatasetVersionPublic, cache_dir: Path) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.unlink(missing_ok=True)
     try:
-        if remote.content(version.uri) is None:
+        if remote.size(version.uri) is None:  # a listing: the download reads the bytes once
             raise DatasetCorrupt(f"dataset {version.ref} is missing: nothing at {version.uri}")
         remote.download(version.uri, partial)
     except (DatasetCorrupt, remote.StorageUnavailable):
