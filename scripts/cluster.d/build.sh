@@ -51,7 +51,7 @@ case "${1:-}" in
   *) die "unknown argument: $1" ;;
 esac
 
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 all_bins=("${k8s_bins[@]}" etcd kwok helm coredns weed)
 
 missing() { local b; for b in "$@"; do [[ -x "$bin/$b" ]] || echo "$b"; done; }

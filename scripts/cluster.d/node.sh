@@ -3,11 +3,14 @@
 # networking on a local bridge, and CoreDNS on the bridge's address for Service names.
 # See docs/cluster.md ("The real node") for what it is and is not.
 #
-# Pods live in network namespaces on the bridge $BRIDGE ($BRIDGE_IP/24). Nothing routes off
-# the machine: the host does not forward (net.ipv4.ip_forward stays as it is, 0 on a fresh
-# machine), nothing masquerades, and CoreDNS answers the cluster's names only (no upstream).
-# The bridge's address is also where pods find servers on the host (the Crucible API in
-# tests): the host's own address on their only link.
+# Pods live in network namespaces on the bridge $BRIDGE ($BRIDGE_IP/24). kube-proxy (iptables
+# mode) turns ClusterIP Services into DNAT rules on this host, so a pod's packet to a Service
+# is routed back onto the bridge: the host forwards, but only from the bridge to the bridge
+# (the chain CRUCIBLE-FORWARD drops the rest). Nothing routes off the machine: nothing is
+# forwarded to another interface, nothing masquerades out, and CoreDNS answers the cluster's
+# names only (no upstream). The bridge's address is also where pods find servers on the host
+# (the API server, the S3 server, the Crucible API in tests): the host's own address on their
+# only link.
 
 REAL_NODE="${CRUCIBLE_REAL_NODE:-1}"     # 0: kwok nodes only
 REAL_NODE_NAME=crucible-node-0
@@ -17,6 +20,8 @@ POD_SUBNET="${BRIDGE_IP%.*}.0/24"
 KUBELET_PORT="${CRUCIBLE_KUBELET_PORT:-10250}"
 KUBELET_HEALTHZ_PORT="${CRUCIBLE_KUBELET_HEALTHZ_PORT:-10248}"
 COREDNS_READY_PORT="${CRUCIBLE_COREDNS_READY_PORT:-16253}"
+KUBE_PROXY_HEALTHZ_PORT="${CRUCIBLE_KUBE_PROXY_HEALTHZ_PORT:-10256}"
+KUBE_PROXY_METRICS_PORT="${CRUCIBLE_KUBE_PROXY_METRICS_PORT:-10249}"
 REAL_NODE_LABEL=crucible.dev/real-node
 NODE_PACKAGES=(containerd runc containernetworking-plugins iptables mmdebstrap umoci)
 CNI_BIN=/usr/lib/cni
@@ -26,7 +31,7 @@ CONTAINERD_ROOT="${CRUCIBLE_CACHE:-$HOME/.cache/crucible}/node/containerd"
 NODE_DIR="$STATE/node"
 CONTAINERD_SOCK="$NODE_DIR/containerd/containerd.sock"
 
-node_components() { (( REAL_NODE )) && echo containerd kubelet coredns; true; }
+node_components() { (( REAL_NODE )) && echo containerd kubelet coredns kube-proxy; true; }
 
 node_packages() {
   local missing=() p
@@ -62,9 +67,14 @@ subjectAltName=DNS:$REAL_NODE_NAME,IP:$BRIDGE_IP" \
     && issue_cert coredns "/CN=crucible:coredns" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth" \
+    && issue_cert kube-proxy "/CN=system:kube-proxy" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth" \
     || die "generating the real node's certificates failed"
   write_kubeconfig "$NODE_DIR/kubelet.kubeconfig" kubelet "system:node:$REAL_NODE_NAME"
   write_kubeconfig "$NODE_DIR/coredns.kubeconfig" coredns crucible:coredns
+  # system:kube-proxy is bound to the built-in ClusterRole system:node-proxier.
+  write_kubeconfig "$NODE_DIR/kube-proxy.kubeconfig" kube-proxy system:kube-proxy
 }
 
 node_network() {  # the bridge, with the host's address on it, before anything binds to it
@@ -96,6 +106,47 @@ node_network() {  # the bridge, with the host's address on it, before anything b
   ]
 }
 EOF
+}
+
+# node_route: let the host forward from the bridge back onto the bridge (a pod's packet to
+# a ClusterIP, after kube-proxy's DNAT, goes to another pod) and nowhere else.
+node_route() {
+  echo 1 > /proc/sys/net/ipv4/ip_forward || die "cannot enable net.ipv4.ip_forward (kube-proxy needs it)"
+  iptables -w -N CRUCIBLE-FORWARD 2>/dev/null || iptables -w -F CRUCIBLE-FORWARD
+  iptables -w -A CRUCIBLE-FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
+  iptables -w -A CRUCIBLE-FORWARD -i "$BRIDGE" -j DROP
+  iptables -w -A CRUCIBLE-FORWARD -o "$BRIDGE" -j DROP
+  iptables -w -C FORWARD -j CRUCIBLE-FORWARD 2>/dev/null || iptables -w -I FORWARD 1 -j CRUCIBLE-FORWARD \
+    || die "installing the CRUCIBLE-FORWARD chain failed"
+}
+
+# node_unroute: remove kube-proxy's rules and ours (after kube-proxy has stopped).
+node_unroute() {
+  (( REAL_NODE )) || return 0
+  local bin; bin="$(cat "$STATE/bin-dir" 2>/dev/null)" || true
+  [[ -x "$bin/kube-proxy" ]] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  iptables -w -D FORWARD -j CRUCIBLE-FORWARD 2>/dev/null || true
+  iptables -w -F CRUCIBLE-FORWARD 2>/dev/null && iptables -w -X CRUCIBLE-FORWARD 2>/dev/null || true
+}
+
+node_start_kube_proxy() {
+  cat > "$NODE_DIR/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $NODE_DIR/kube-proxy.kubeconfig}
+hostnameOverride: $REAL_NODE_NAME
+mode: iptables
+clusterCIDR: $POD_SUBNET
+healthzBindAddress: 127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT
+metricsBindAddress: 127.0.0.1:$KUBE_PROXY_METRICS_PORT
+# NodePorts on the bridge's address only; none on 127.0.0.1 (that would need route_localnet).
+nodePortAddresses: [$BRIDGE_IP/32]
+iptables: {localhostNodePorts: false, syncPeriod: 30s, minSyncPeriod: 1s}
+# Leave the host's conntrack table size as it is.
+conntrack: {maxPerCore: 0}
+EOF
+  start kube-proxy --config="$NODE_DIR/kube-proxy.yaml" --v=1
+  wait_for kube-proxy
 }
 
 node_start_containerd() {
@@ -237,6 +288,8 @@ node_up() {
   "$ROOT/scripts/images" load pause >/dev/null || die "loading the pause image into containerd failed"
   node_start_coredns
   node_start_kubelet
+  node_route
+  node_start_kube_proxy
   log "waiting for the real node $REAL_NODE_NAME to be Ready"
   local deadline=$((SECONDS + START_TIMEOUT))
   until [[ "$(kc get node "$REAL_NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]; do
