@@ -164,6 +164,14 @@ def kubectl(
     return proc.stdout
 
 
+def helm(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run helm (from PATH, like kubectl); fail with its stderr unless `check` is False."""
+    proc = subprocess.run(["helm", *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
 def kubectl_result(
     *args: str, input: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess:

@@ -92,7 +92,50 @@ class Process:
         return f"--- {self.name} log (tail) ---\n" + "\n".join(text_.splitlines()[-lines:])
 
 
-class Stack:
+class ControlPlane:
+    """A running control plane, read through its REST API as a user reads it: the processes
+    of a Stack, or the pods of a Helm release."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+        self.http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def logs(self) -> str:
+        """What to show when a wait times out."""
+        return ""
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(f"/api/v1{path}", params=params)
+        response.raise_for_status()
+        return response.json()
+
+    def post(self, path: str, body: Any = None) -> Any:
+        response = self.http.post(f"/api/v1{path}", json=body)
+        assert response.is_success, f"POST {path}: {response.status_code} {response.text}"
+        return response.json()
+
+    def run_by_name(self, namespace: str, name: str) -> dict[str, Any] | None:
+        runs = self.get("/runs", project=namespace, limit=1000)["items"]
+        return next((r for r in runs if r["name"] == name), None)
+
+    def wait_for(self, what: str, check: Callable[[], Any], seconds: float = 60) -> Any:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                value = check()
+            except (httpx.HTTPStatusError, httpx.TransportError):
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+            time.sleep(0.3)
+
+
+class Stack(ControlPlane):
     def __init__(
         self,
         workdir: Path,
@@ -109,7 +152,7 @@ class Stack:
         workdir.mkdir(parents=True, exist_ok=True)
         self.database_url = _fresh_database(suffix)
         port = free_port()
-        self.url = f"http://{host}:{port}"
+        super().__init__(f"http://{host}:{port}", ADMIN_TOKEN)
         env = {k: v for k, v in kube_env.items() if not k.startswith("CRUCIBLE_")}
         env |= {
             "CRUCIBLE_HOME": str(workdir / "home"),
@@ -139,9 +182,6 @@ class Stack:
             env,
             workdir / "operator.log",
         )
-        self.http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
-        )
 
     def start(self, operator: bool = True) -> None:
         """Server, worker and (unless `operator` is False: a benchmark starts it per
@@ -163,18 +203,6 @@ class Stack:
     def logs(self) -> str:
         return "\n".join(p.tail() for p in (self.operator, self.worker, self.server))
 
-    # -- the REST API, as a user reads it -------------------------------------------------
-
-    def get(self, path: str, **params: Any) -> Any:
-        response = self.http.get(f"/api/v1{path}", params=params)
-        response.raise_for_status()
-        return response.json()
-
-    def post(self, path: str, body: Any = None) -> Any:
-        response = self.http.post(f"/api/v1{path}", json=body)
-        assert response.is_success, f"POST {path}: {response.status_code} {response.text}"
-        return response.json()
-
     def operator_calls(self) -> dict[str, float]:
         """The operator's control-plane calls so far, by client method (its metrics)."""
         text = httpx.get(f"http://127.0.0.1:{self.operator_metrics_port}/metrics").text
@@ -185,20 +213,3 @@ class Stack:
             for sample in family.samples
             if sample.name.endswith("_total")
         }
-
-    def run_by_name(self, namespace: str, name: str) -> dict[str, Any] | None:
-        runs = self.get("/runs", project=namespace, limit=1000)["items"]
-        return next((r for r in runs if r["name"] == name), None)
-
-    def wait_for(self, what: str, check: Callable[[], Any], seconds: float = 60) -> Any:
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                value = check()
-            except httpx.HTTPStatusError:
-                value = None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
-            time.sleep(0.3)

@@ -12,7 +12,7 @@ from typing import Any
 from crucible.client import ApiError, CrucibleClient
 from crucible.demo.loop import QUICK, loop_manifests
 from tests.k8s import cluster_helpers as h
-from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
+from tests.k8s.operator_stack import ControlPlane, Stack
 from tests.object_store import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,21 +27,29 @@ ON_REAL_NODE: dict[str, Any] = {
 CLAIM = "crucible-storage"
 
 
-def load_workload_image(env: dict[str, str]) -> str:
-    """The workload image of this tree, built (cached by content) and in the node's
-    containerd: `scripts/images load workload`."""
+def load_images(env: dict[str, str], which: str) -> dict[str, str]:
+    """`scripts/images load WHICH`: the images built from this tree (cached by content) and
+    in the node's containerd, by the names it exports (CRUCIBLE_<NAME>_IMAGE -> NAME)."""
     proc = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "images"), "load", "workload"],
+        [str(REPO_ROOT / "scripts" / "images"), "load", which],
         capture_output=True,
         text=True,
         timeout=1800,
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    images = {}
     for line in proc.stdout.splitlines():
-        if line.startswith("export CRUCIBLE_WORKLOAD_IMAGE="):
-            return shlex.split(line.partition("=")[2])[0]
-    raise AssertionError(f"scripts/images printed no workload image: {proc.stdout!r}")
+        name, _, value = line.removeprefix("export ").partition("=")
+        if name.startswith("CRUCIBLE_") and name.endswith("_IMAGE"):
+            images[name.removeprefix("CRUCIBLE_").removesuffix("_IMAGE")] = shlex.split(value)[0]
+    assert images, f"scripts/images printed no image: {proc.stdout!r}"
+    return images
+
+
+def load_workload_image(env: dict[str, str]) -> str:
+    """The workload image of this tree in the node's containerd."""
+    return load_images(env, "workload")["WORKLOAD"]
 
 
 def install_crds() -> None:
@@ -189,9 +197,11 @@ def sft_run(namespace: str, name: str, data_from: str, **spec: Any) -> dict[str,
     }
 
 
-def wait_runs(stack: Stack, namespace: str, names: list[str], seconds: float) -> dict[str, Any]:
+def wait_runs(
+    stack: ControlPlane, namespace: str, names: list[str], seconds: float
+) -> dict[str, Any]:
     """The named runs once all are terminal (any phase), by name."""
-    with CrucibleClient(stack.url, ADMIN_TOKEN) as api:
+    with CrucibleClient(stack.url, stack.token) as api:
 
         def terminal() -> dict[str, Any] | None:
             try:
@@ -208,6 +218,21 @@ def wait_runs(stack: Stack, namespace: str, names: list[str], seconds: float) ->
         return runs
 
 
-def losses(stack: Stack, run_id: int) -> dict[int, float]:
+def wait_running_past(
+    stack: ControlPlane, namespace: str, name: str, step: int, seconds: float = 400
+) -> dict[str, Any]:
+    """The run once it is Running and has logged `step` (its pod is worth evicting)."""
+
+    def running_past() -> dict[str, Any] | None:
+        run = stack.run_by_name(namespace, name)
+        return (
+            run if run and run["phase"] == "Running" and (run["latest_step"] or 0) >= step else None
+        )
+
+    found: dict[str, Any] = stack.wait_for(f"{name} past step {step}", running_past, seconds)
+    return found
+
+
+def losses(stack: ControlPlane, run_id: int) -> dict[int, float]:
     (series,) = stack.get(f"/runs/{run_id}/metrics", keys="loss")["series"]
     return dict(zip(series["steps"], series["values"], strict=True))

@@ -51,11 +51,7 @@ INLINE_STORES = {
 }
 
 
-def helm(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["helm", *args], capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
-    return proc
+helm = h.helm
 
 
 def render(*args: str) -> list[dict[str, Any]]:

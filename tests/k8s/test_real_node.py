@@ -31,13 +31,12 @@ from tests.k8s.real_node import (
     sft_run,
     stack_on_real_node,
     teacher,
+    wait_running_past,
     wait_runs,
 )
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
-
-EXAMPLES = h.REPO_ROOT / "examples" / "kubernetes"
 
 
 def _pod(name: str, image: str, command: list[str]) -> dict[str, Any]:
@@ -264,13 +263,7 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
         run["spec"]["config"]["train"].update(steps)
     h.apply(producer, evicted, steady)
 
-    def running_past(step: int) -> Any:
-        run = real_stack.run_by_name(storage_ns, "evicted")
-        return (
-            run if run and run["phase"] == "Running" and (run["latest_step"] or 0) >= step else None
-        )
-
-    first = real_stack.wait_for("the run past step 60", lambda: running_past(60), seconds=400)
+    first = wait_running_past(real_stack, storage_ns, "evicted", 60)
     h.evict_pod(storage_ns, "evicted-a1-0")  # the Eviction API, as `kubectl drain` uses
 
     runs = wait_runs(real_stack, storage_ns, ["evicted", "steady"], seconds=600)
@@ -286,44 +279,6 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
     assert 60 <= checkpoint["step"] < 400 and checkpoint["step"] != 200, checkpoint
     # The losses of the interrupted run are bitwise those of the uninterrupted one.
     assert losses(real_stack, first["id"]) == losses(real_stack, runs["steady"].id)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_the_multi_node_example_applied_as_written_rendezvouses_trains_and_evaluates(
-    storage_ns: str, real_stack: Stack
-) -> None:
-    """examples/kubernetes/multi-node-sft.yaml: a teacher, then 2 pods x 8 GPUs (16 torchrun
-    ranks on CPU, the GPUs being a number) and an EvalJob per checkpoint."""
-    h.kubectl("apply", "-f", str(EXAMPLES / "multi-node-sft.yaml"), namespace=storage_ns)
-    names = ["multinode-sft-teacher", "multinode-sft"]
-    runs = wait_runs(real_stack, storage_ns, names, seconds=900)
-    run = runs["multinode-sft"]
-    assert all(runs[n].phase == Phase.Succeeded for n in names), (runs, real_stack.logs())
-    pods = h.kubectl_json(
-        "get", "pods", "-l", "crucible.dev/run=multinode-sft", "-o", "json", namespace=storage_ns
-    )["items"]
-    assert sorted(p["metadata"]["name"] for p in pods) == [
-        "multinode-sft-a1-0",
-        "multinode-sft-a1-1",
-    ]
-    assert all(p["status"]["phase"] == "Succeeded" for p in pods)
-    assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
-    # Rank 1 found rank 0 by its DNS name (the headless Service), as torchrun's MASTER_ADDR.
-    follower = next(p for p in pods if p["metadata"]["name"].endswith("-1"))
-    env = {e["name"]: e.get("value") for e in follower["spec"]["containers"][0]["env"]}
-    assert env["MASTER_ADDR"] == f"multinode-sft-a1-0.multinode-sft.{storage_ns}.svc"
-    assert (env["NNODES"], env["NPROC_PER_NODE"]) == ("2", "8")
-    assert sorted(losses(real_stack, run.id)) == list(range(1, 61))
-    with CrucibleClient(real_stack.url, ADMIN_TOKEN) as api:
-        checkpoints = api.list_checkpoints(run.id).items
-        assert sorted(c.step for c in checkpoints) == [30, 60]
-        evals = real_stack.wait_for(
-            "an eval of each checkpoint",
-            lambda: (found := api.list_run_evals(run.id)) and len(found) == 2 and found,
-            seconds=300,
-        )
-    assert sorted(e.step for e in evals) == [30, 60]
 
 
 def test_workload_namespaces_enforce_the_restricted_pod_security_standard(storage_ns: str) -> None:

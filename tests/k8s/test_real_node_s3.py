@@ -27,6 +27,7 @@ from tests.k8s.real_node import (
     sft_run,
     stack_on_real_node,
     teacher,
+    wait_running_past,
     wait_runs,
 )
 from tests.object_store import ObjectStore, object_store, point_at
@@ -100,13 +101,7 @@ def test_an_evicted_attempt_checkpoints_to_s3_and_the_next_pod_resumes_bitwise(
         run["spec"]["config"]["train"]["steps"] = 400
     h.apply(producer, evicted, steady)
 
-    def running_past(step: int) -> object:
-        run = s3_stack.run_by_name(s3_ns, "evicted")
-        return (
-            run if run and run["phase"] == "Running" and (run["latest_step"] or 0) >= step else None
-        )
-
-    first = s3_stack.wait_for("the run past step 60", lambda: running_past(60), seconds=400)
+    first = wait_running_past(s3_stack, s3_ns, "evicted", 60)
     h.evict_pod(s3_ns, "evicted-a1-0")
 
     runs = wait_runs(s3_stack, s3_ns, ["s3-teacher", "evicted", "steady"], seconds=600)
