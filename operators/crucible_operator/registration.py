@@ -26,13 +26,26 @@ class RegistrationRefused(Exception):
     rejects): the resource is marked Failed with this message and left alone."""
 
 
+async def learn_projects(ctx: OperatorContext) -> None:
+    """Every project's namespace -> its name, all pages."""
+    cursor = None
+    while True:
+        page = await ctx.call(ctx.api.list_projects, cursor)
+        for project in page.items:
+            ctx.projects[project.namespace] = project.name
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
 async def project_for(ctx: OperatorContext, namespace: str) -> str:
+    """The project whose namespace it is; a namespace no project owns becomes a project of
+    its name. Refused when that name is taken by a project of another namespace: its runs
+    must not land in a project that does not own the namespace."""
     cached = ctx.projects.get(namespace)
     if cached is not None:
         return cached
-    page = await ctx.call(ctx.api.list_projects)
-    for project in page.items:
-        ctx.projects[project.namespace] = project.name
+    await learn_projects(ctx)
     if namespace not in ctx.projects:
         try:
             project = await ctx.call(
@@ -42,7 +55,13 @@ async def project_for(ctx: OperatorContext, namespace: str) -> str:
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            ctx.projects[namespace] = namespace  # created by someone else meanwhile
+            await learn_projects(ctx)  # created by someone else meanwhile?
+            if namespace not in ctx.projects:
+                raise RegistrationRefused(
+                    f"namespace {namespace!r} belongs to no project, and it cannot become one: "
+                    f"{exc}. Create a project for it with `namespace: {namespace}`, or apply "
+                    "the resource in its project's namespace"
+                ) from exc
     return ctx.projects[namespace]
 
 

@@ -3,6 +3,7 @@
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import uvicorn
@@ -47,13 +48,23 @@ def serve_api(
             workers=workers,
             timeout_worker_healthcheck=worker_healthcheck_timeout,
             log_level="warning",
+            **proxy_options(settings),
         )
         return
     app = create_app(settings)
     if settings.is_sqlite:
         announce_local(settings, app)
     console.print(f"Crucible API on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", **proxy_options(settings))
+
+
+def proxy_options(settings: Settings) -> dict[str, Any]:
+    """Forwarded headers only from the proxies the operator of this server named: uvicorn
+    otherwise believes X-Forwarded-For from 127.0.0.1, so any local process could pose as
+    any address (and dodge, or aim, the failed-authentication throttle)."""
+    if not settings.trusted_proxies:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": settings.trusted_proxies}
 
 
 def serve_up(
@@ -100,7 +111,7 @@ def serve_up(
             target=_when_serving, args=(api_url, on_ready), name="on-ready", daemon=True
         ).start()
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning", **proxy_options(settings))
     finally:
         stop.set()
         for thread in threads:

@@ -41,6 +41,12 @@ class Settings(BaseSettings):
         "past it the API answers 429 with Retry-After.",
     )
     auth_failure_window_seconds: float = Field(default=60.0, gt=0)
+    trusted_proxies: str = Field(
+        default="",
+        description="Comma-separated addresses or networks of reverse proxies whose "
+        "X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded_allow_ips); "
+        "empty: the client address is the connection's, whatever a request's headers say.",
+    )
     db_pool_size: int = Field(default=10, ge=1)
     db_pool_timeout_seconds: float = Field(
         default=10.0,

@@ -2,14 +2,18 @@
 tokens (or sign-in codes), 429 with Retry-After."""
 
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crucible.api.app import create_app
+from crucible.core import signin
 from crucible.settings import Settings
 from tests.conftest import ADMIN_TOKEN, bearer
+from tests.servers import local_server
 
 LIMIT = 3
 
@@ -21,7 +25,9 @@ def strict_app(settings: Settings) -> Iterator[FastAPI]:
     application.state.engine.dispose()
 
 
-def test_wrong_tokens_past_the_limit_get_429_even_with_a_right_token(strict_app: FastAPI) -> None:
+def test_wrong_tokens_past_the_limit_get_429_and_a_right_token_still_works(
+    strict_app: FastAPI,
+) -> None:
     with TestClient(strict_app) as client:
         for attempt in range(LIMIT):
             refused = client.get("/api/v1/projects", headers=bearer(f"cru_guess{attempt}"))
@@ -30,9 +36,11 @@ def test_wrong_tokens_past_the_limit_get_429_even_with_a_right_token(strict_app:
         assert limited.status_code == 429
         assert 1 <= int(limited.headers["retry-after"]) <= 60
         assert "too many failed authentication attempts" in limited.json()["detail"]
-        # The address waits out the window whatever it sends: a guess that happens to be
-        # right is not told so.
-        assert client.get("/api/v1/projects", headers=bearer(ADMIN_TOKEN)).status_code == 429
+        # The users who share the guesser's address (a NAT, a proxy) keep working: a right
+        # token is never refused, and the next wrong one is still limited.
+        assert client.get("/api/v1/projects", headers=bearer(ADMIN_TOKEN)).status_code == 200
+        again = client.get("/api/v1/projects", headers=bearer("cru_guess-more"))
+        assert again.status_code == 429
 
 
 def test_no_token_a_right_token_or_one_stale_token_repeated_never_locks_out(
@@ -57,3 +65,42 @@ def test_wrong_sign_in_codes_count_too(strict_app: FastAPI) -> None:
             for i in range(LIMIT + 1)
         ]
     assert statuses == [401] * LIMIT + [429]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_right_sign_in_code_works_from_a_limited_address(
+    strict_app: FastAPI, settings: Settings
+) -> None:
+    code = signin.issue_code(settings.home)
+    with TestClient(strict_app) as client:
+        for i in range(LIMIT + 1):
+            client.post("/api/v1/auth/sign-in-code", json={"code": f"guess-{i}"})
+        redeemed = client.post("/api/v1/auth/sign-in-code", json={"code": code})
+    assert redeemed.status_code == 200, redeemed.text
+
+
+def test_forwarded_for_names_the_client_only_behind_a_trusted_proxy(tmp_path: Path) -> None:
+    """`crucible server` as deployed, over TCP: X-Forwarded-For from an untrusted peer (here
+    127.0.0.1, which uvicorn alone would believe) changes nothing, so rotating it does not
+    dodge the limit and setting it to another client's address does not aim it there."""
+    limits = {"CRUCIBLE_AUTH_FAILURE_LIMIT": str(LIMIT), "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN}
+    (tmp_path / "direct").mkdir()
+    (tmp_path / "proxied").mkdir()
+    with local_server(tmp_path / "direct", env=limits) as server:
+        statuses = [
+            httpx.get(
+                f"{server.url}/api/v1/projects",
+                headers={**bearer(f"cru_guess{i}"), "X-Forwarded-For": f"203.0.113.{i}"},
+            ).status_code
+            for i in range(LIMIT + 2)
+        ]
+        assert statuses == [401] * LIMIT + [429, 429]
+    trusted = {**limits, "CRUCIBLE_TRUSTED_PROXIES": "127.0.0.1"}
+    with local_server(tmp_path / "proxied", env=trusted) as server:
+        # Behind a proxy it trusts, each forwarded address counts on its own.
+        for i in range(LIMIT + 2):
+            response = httpx.get(
+                f"{server.url}/api/v1/projects",
+                headers={**bearer(f"cru_guess{i}"), "X-Forwarded-For": f"203.0.113.{i}"},
+            )
+            assert response.status_code == 401

@@ -710,3 +710,25 @@ def test_resources_that_cannot_run_say_why_and_never_stall_the_operator(
     wait_running_pods(stack, ns, "fine", 1, 1)
     assert stack.operator.process is not None and stack.operator.process.poll() is None
     assert "Traceback" not in stack.operator.tail(2000), stack.operator.tail(200)
+
+
+def test_a_namespace_whose_name_another_projects_holds_joins_no_project(
+    stack: Stack, ns: str
+) -> None:
+    """A project of this namespace's name owns another namespace: a resource applied here
+    must not become a run of that project (its tenants would share names and storage), so
+    it is refused with the reason, and nothing is registered."""
+    elsewhere = f"{ns[:50]}-else"
+    stack.post("/projects", {"name": ns, "namespace": elsewhere})
+    h.apply(training_run("squatter", gpusPerNode=1), namespace=ns)
+
+    def failed() -> dict[str, Any] | None:
+        resource = h.kubectl_json("get", "tr", "squatter", namespace=ns)
+        status = resource.get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = h.wait_for(failed, timeout=60, message="the resource to be refused")
+    (condition,) = status["conditions"]
+    assert condition["reason"] == "InvalidSpec", condition
+    assert f"namespace {ns!r} belongs to no project" in condition["message"], condition
+    assert stack.get("/runs", project=ns, limit=10)["items"] == []

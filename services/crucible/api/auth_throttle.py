@@ -1,12 +1,15 @@
-"""Wrong credentials are counted per client IP; past the limit the IP waits.
+"""Wrong credentials are counted per client IP; past the limit its wrong ones get 429.
 
-A token is 32 random bytes, so guessing one is hopeless anyway; the limit is what keeps a
-scanner from spending the database on hash lookups, and it makes guessing visible (429s)
-instead of silent. What counts is distinct wrong credentials: a guesser must vary them,
-while a workload left with a revoked token repeats the same one, and must not lock out the
-other processes of its machine (in the embedded mode the browser, the executor and every
-run share 127.0.0.1). Per process and in memory: each API replica counts its own, which
-still bounds the rate at the replica count times the limit.
+A token (and a sign-in code) is 32 random bytes, so guessing one is hopeless anyway; the
+limit makes guessing visible (429s with Retry-After) instead of silent, and it never
+refuses a right credential: many users may share one address (a NAT, a proxy), and a
+guesser among them must not lock the others out. The client IP is the connection's unless
+the request came through a proxy the server trusts (CRUCIBLE_TRUSTED_PROXIES).
+
+What counts is distinct wrong credentials: a guesser must vary them, while a workload left
+with a revoked token repeats the same one, and must not be limited for it. Per process and
+in memory: each API replica counts its own, which bounds the rate of 401s (not 429s) at the
+replica count times the limit.
 """
 
 import hashlib
@@ -18,8 +21,8 @@ import time
 class TooManyFailedAttempts(Exception):
     def __init__(self, retry_after_seconds: int) -> None:
         super().__init__(
-            "too many failed authentication attempts from this address; "
-            f"retry in {retry_after_seconds} s with a valid token"
+            "too many failed authentication attempts from this address; a valid token "
+            f"works at once, another wrong one after {retry_after_seconds} s"
         )
         self.retry_after_seconds = retry_after_seconds
 

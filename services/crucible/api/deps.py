@@ -46,7 +46,9 @@ def get_uow(factory: Annotated[sessionmaker[Session], Depends(get_session_factor
 
 
 class CredentialCheck:
-    """Checks a credential the caller presented, counting failures against its address."""
+    """Checks a credential the caller presented, counting failures against its address. A
+    valid credential always works: behind one proxy or NAT many users share an address, and
+    a guesser there must not lock them out. A wrong one past the limit gets 429."""
 
     def __init__(self, throttle: FailedAuthThrottle, client: str) -> None:
         self._throttle = throttle
@@ -54,10 +56,10 @@ class CredentialCheck:
 
     @contextmanager
     def __call__(self, credential: str) -> Iterator[None]:
-        self._throttle.check(self._client)
         try:
             yield
         except Unauthenticated:
+            self._throttle.check(self._client)
             self._throttle.record_failure(self._client, credential)
             raise
 

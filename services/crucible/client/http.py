@@ -171,8 +171,9 @@ class CrucibleClient:
         """Create a project with every field (its Kubernetes namespace, for one)."""
         return self._post("/api/v1/projects", project_in, ProjectPublic)
 
-    def list_projects(self) -> Page[ProjectPublic]:
-        return self._get("/api/v1/projects", Page[ProjectPublic])
+    def list_projects(self, cursor: str | None = None) -> Page[ProjectPublic]:
+        params = {"cursor": cursor} if cursor else {}
+        return self._get("/api/v1/projects", Page[ProjectPublic], **params)
 
     def create_token(self, token_in: TokenCreate) -> TokenCreated:
         return self._post("/api/v1/tokens", token_in, TokenCreated)

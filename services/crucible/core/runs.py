@@ -11,7 +11,7 @@ from crucible.core.access import Principal
 from crucible.core.events import enqueue, record_event
 from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
 from crucible.core.pagination import paginate
-from crucible.db.tables import Attempt, Checkpoint, Experiment, Run, RunEvent
+from crucible.db.tables import Attempt, Checkpoint, Experiment, Project, Run, RunEvent
 from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain import reasons
 from crucible.domain.digests import spec_digest
@@ -56,6 +56,9 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
     project = project_by_name(session, run_in.project)
     principal.require(project.id, Role.editor, entity="project", key=run_in.project)
     manifest = run_in.manifest
+    is_k8s = run_in.backend is Backend.kubernetes
+    if is_k8s:
+        require_project_namespace(project, manifest.metadata.namespace)
     kind = KIND_OF_MANIFEST[manifest.kind]
     manifest_json = manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
     digest = spec_digest(manifest_json["spec"])
@@ -101,7 +104,6 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         )
         experiment = experiment_by_name(session, project.id, manifest.spec.experiment)
         assert experiment is not None
-    is_k8s = run_in.backend is Backend.kubernetes
     run = Run(
         project_id=project.id,
         experiment_id=experiment.id,
@@ -115,7 +117,7 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         code_ref=run_in.code_ref,
         tags=run_in.tags,
         gpus=gpus_of(manifest),
-        k8s_namespace=(manifest.metadata.namespace or project.namespace) if is_k8s else None,
+        k8s_namespace=project.namespace if is_k8s else None,
         k8s_name=manifest.metadata.name if is_k8s else None,
         k8s_uid=run_in.k8s_uid,
     )
@@ -135,6 +137,21 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         payload={"run_id": run.id, "backend": run.backend},
     )
     return RunPublic.model_validate(run)
+
+
+def require_project_namespace(project: Project, namespace: str | None) -> None:
+    """A project's Kubernetes runs live in its own namespace: another project's (or one no
+    project owns, such as kube-system) would let one tenant name, and clash with, objects
+    of another."""
+    if namespace is not None and namespace != project.namespace:
+        raise InvalidInput(
+            "manifest.metadata.namespace",
+            namespace,
+            f"project {project.name!r} runs its Kubernetes runs in its own namespace "
+            f"{project.namespace!r}; leave metadata.namespace out, or submit to the project "
+            "whose namespace it is",
+            location="body",
+        )
 
 
 def parse_manifest(

@@ -14,6 +14,8 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         UniqueConstraint("project_id", "kind", "name"),
+        # One run per Kubernetes object (local runs have no namespace: NULLs never clash).
+        UniqueConstraint("k8s_namespace", "kind", "k8s_name"),
         Index("ix_runs_experiment_created", "experiment_id", "created_at"),
         Index("ix_runs_project_phase", "project_id", "phase"),
     )
