@@ -37,8 +37,8 @@ def upgrade() -> None:
     if clashes:
         named = ", ".join(f"{kind} {ns}/{name} ({count} runs)" for ns, kind, name, count in clashes)
         raise RuntimeError(
-            f"runs of different projects name the same Kubernetes objects: {named}. Rename or "
-            "delete all but one of each (DELETE FROM runs WHERE id = ...), then upgrade again."
+            f"runs of different projects name the same Kubernetes objects: {named}. Keep one "
+            "run of each (delete the others' rows in the runs table), then upgrade again."
         )
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.create_unique_constraint(CONSTRAINT, ["k8s_namespace", "kind", "k8s_name"])
