@@ -24,7 +24,7 @@ out="$here/k8s/go.mod"
   echo "require k8s.io/kubernetes ${K8S_VERSION}"
   echo
   echo "tool ("
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     echo "	k8s.io/kubernetes/cmd/$c"
   done
   echo ")"

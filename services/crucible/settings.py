@@ -41,6 +41,12 @@ class Settings(BaseSettings):
         "past it the API answers 429 with Retry-After.",
     )
     auth_failure_window_seconds: float = Field(default=60.0, gt=0)
+    token_max_lifetime_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Longest lifetime of a token created through the API; a token asked for "
+        "without an expiry gets this one. Unset: tokens may live forever.",
+    )
     trusted_proxies: str = Field(
         default="",
         description="Comma-separated addresses or networks of reverse proxies whose "

@@ -164,7 +164,9 @@ def test_pydantic_limits_carry_over() -> None:
     assert spec["gpusPerNode"]["minimum"] == 0
     assert spec["nodes"]["minimum"] == 1
     assert spec["recovery"]["properties"]["backoffSeconds"]["minimum"] == 0
-    assert spec["inputs"]["items"]["properties"]["dataset"]["pattern"].endswith("@(latest|[0-9]+)$")
+    assert spec["inputs"]["items"]["properties"]["dataset"]["pattern"].endswith(
+        "@(latest|[0-9]{1,18})$"
+    )
     assert spec["config"]["x-kubernetes-preserve-unknown-fields"] is True
     assert spec["scheduling"]["properties"]["nodeSelector"]["additionalProperties"] == {
         "type": "string"

@@ -1,17 +1,22 @@
 """Every resource under examples/ is one the REST API (and so the CRDs, generated from the
 same models) accepts, and a Kubernetes example that runs a command of its own names its
-image (the operator's default image holds the reference workloads)."""
+image (the operator's default image holds the reference workloads). Files named
+`*-values.yaml` are Helm values for the chart, checked against its values schema."""
 
+import json
 from pathlib import Path
 
+import jsonschema_rs
 import pytest
 import yaml
 from pydantic import TypeAdapter
 
 from crucible.domain.specs import Manifest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-FILES = sorted(EXAMPLES.rglob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+VALUES = sorted(EXAMPLES.rglob("*-values.yaml"))
+FILES = sorted(set(EXAMPLES.rglob("*.yaml")) - set(VALUES))
 MANIFEST: TypeAdapter[object] = TypeAdapter(Manifest)
 
 
@@ -31,3 +36,9 @@ def test_there_are_kubernetes_examples() -> None:
         "multi-node-sft.yaml",
         "loop.yaml",
     }
+
+
+@pytest.mark.parametrize("path", VALUES, ids=[str(p.relative_to(EXAMPLES)) for p in VALUES])
+def test_values_example_fits_the_charts_schema(path: Path) -> None:
+    schema = json.loads((ROOT / "helm" / "crucible" / "values.schema.json").read_text())
+    jsonschema_rs.validate(schema, yaml.safe_load(path.read_text()))

@@ -15,6 +15,10 @@ from crucible.db.engine import transaction
 from crucible.domain.errors import Unauthenticated
 from crucible.settings import Settings
 
+# On every response whose body is a credential (a new token): no cache, proxy or browser
+# history keeps a copy.
+NO_STORE = "no-store"
+
 _bearer = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer cru_...`")
 
 

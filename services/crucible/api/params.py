@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
-from crucible.schemas.common import MAX_INT32, MAX_INT64
+from crucible.domain.json_values import MAX_INT32, MAX_INT64
 
 PathId = Annotated[int, Path(ge=1, le=MAX_INT64, description="Database id.")]
 PathNumber = Annotated[int, Path(ge=1, le=MAX_INT32, description="Attempt number.")]

@@ -55,7 +55,7 @@ from crucible.domain.downsample import (
 )
 from crucible.domain.enums import Role
 from crucible.domain.errors import Conflict, InvalidInput, NotFound
-from crucible.schemas.common import MAX_INT64
+from crucible.domain.json_values import MAX_INT64
 from crucible.schemas.metrics import (
     IngestResult,
     MetricBatch,

@@ -16,7 +16,8 @@ from crucible.core.access import Principal
 # The goodput arithmetic is the one GET /runs/{id}/goodput uses; computed for many runs at once.
 from crucible.core.goodput import _for_runs
 from crucible.db.tables import Checkpoint, EvalResult, Run
-from crucible.schemas.common import MAX_INT64, PublicModel
+from crucible.domain.json_values import MAX_INT64
+from crucible.schemas.common import PublicModel
 
 MAX_RUNS = 200
 RunId = Annotated[int, Field(ge=1, le=MAX_INT64)]

@@ -26,9 +26,10 @@ CODE_FILE = "signin-code"
 CODE_TTL = timedelta(hours=1)
 SESSION_TTL = timedelta(hours=12)
 
+# The caller is not authenticated: it learns nothing of the server (no path, no user).
 _SPENT = (
     "this sign-in link was used already or has expired; restart `crucible up` for a new one, "
-    "or sign in with the token in {token_file}"
+    "or sign in with the admin token `crucible up` saved in its home directory"
 )
 
 
@@ -54,7 +55,7 @@ def redeem_code(
 ) -> TokenCreated:
     """Trade the live code for an admin session token (it expires in SESSION_TTL)."""
     path = code_file(home)
-    spent = Unauthenticated(_SPENT.format(token_file=home / "token"))
+    spent = Unauthenticated(_SPENT)
     try:
         issued = json.loads(path.read_text())
     except FileNotFoundError:

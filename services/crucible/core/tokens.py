@@ -3,7 +3,7 @@
 import hashlib
 import hmac
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -12,7 +12,7 @@ from crucible.core.access import Principal
 from crucible.core.lookups import project_by_name
 from crucible.db.tables import ApiToken
 from crucible.domain.enums import Role
-from crucible.domain.errors import Forbidden, NotFound, Unauthenticated
+from crucible.domain.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 from crucible.schemas.common import Page
 from crucible.schemas.tenancy import TokenCreate, TokenCreated, TokenPublic
 
@@ -27,7 +27,33 @@ def mint() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def create_token(*, session: Session, principal: Principal, token_in: TokenCreate) -> TokenCreated:
+def create_token(
+    *,
+    session: Session,
+    principal: Principal,
+    token_in: TokenCreate,
+    max_lifetime: timedelta | None = None,
+) -> TokenCreated:
+    """A new token, shown once. It expires in the future, and within `max_lifetime` when the
+    server sets one (then a token asked for without an expiry gets the longest allowed)."""
+    now = datetime.now(UTC)
+    expires_at = token_in.expires_at
+    if expires_at is not None and expires_at <= now:
+        raise InvalidInput(
+            "expires_at", expires_at.isoformat(), "must be in the future", location="body"
+        )
+    if max_lifetime is not None:
+        latest = now + max_lifetime
+        if expires_at is None:
+            expires_at = latest
+        elif expires_at > latest:
+            raise InvalidInput(
+                "expires_at",
+                expires_at.isoformat(),
+                f"is past the longest lifetime this server allows ({max_lifetime.days} days, "
+                "CRUCIBLE_TOKEN_MAX_LIFETIME_DAYS)",
+                location="body",
+            )
     project_id = None
     if token_in.project is None:
         principal.require_global_admin()
@@ -42,7 +68,7 @@ def create_token(*, session: Session, principal: Principal, token_in: TokenCreat
         role=token_in.role.value,
         token_hash=hash_token(raw),
         prefix=raw[: len(TOKEN_PREFIX) + 4],
-        expires_at=token_in.expires_at,
+        expires_at=expires_at,
     )
     session.add(row)
     session.flush()

@@ -5,10 +5,12 @@ Field names are camelCase on the wire, as Kubernetes users expect; Python code u
 snake_case attributes.
 """
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from crucible.domain.json_values import MAX_INT32, MAX_INT64, JsonObject
 
 API_VERSION: Final = "crucible.dev/v1alpha1"
 
@@ -16,7 +18,8 @@ API_VERSION: Final = "crucible.dev/v1alpha1"
 # attempt and rank suffixes inside Kubernetes' 63-character label/DNS limit.
 MAX_RUN_NAME = 40
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DATASET_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]*@(latest|[0-9]+)$"
+# Versions are 64-bit ids: at most 18 digits (every such number fits).
+DATASET_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]*@(latest|[0-9]{1,18})$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
 
 
@@ -63,7 +66,9 @@ class DatasetInput(SpecModel):
 class CheckpointRef(SpecModel):
     """A checkpoint by id, or a run's latest or best checkpoint by name."""
 
-    id: Annotated[int | None, Field(ge=1, description="Checkpoint id in the control plane.")] = None
+    id: Annotated[
+        int | None, Field(ge=1, le=MAX_INT64, description="Checkpoint id in the control plane.")
+    ] = None
     run: Annotated[
         str | None, Field(pattern=DNS_LABEL, description="Name of the run that wrote it.")
     ] = None
@@ -85,9 +90,16 @@ class CheckpointRef(SpecModel):
 class CheckpointPolicy(SpecModel):
     """How often checkpoints are written, how many are kept, and where."""
 
-    every_steps: Annotated[int, Field(ge=1, description="Save every N optimizer steps.")] = 100
+    every_steps: Annotated[
+        int, Field(ge=1, le=MAX_INT32, description="Save every N optimizer steps.")
+    ] = 100
     keep_last: Annotated[
-        int, Field(ge=1, description="Keep the last K (the best and in-use ones are kept too).")
+        int,
+        Field(
+            ge=1,
+            le=MAX_INT32,
+            description="Keep the last K (the best and in-use ones are kept too).",
+        ),
     ] = 3
     best: Annotated[
         str | None,
@@ -112,7 +124,7 @@ class EvalPolicy(SpecModel):
     suite: Annotated[str, Field(min_length=1, max_length=63, description="Eval suite name.")]
     gpus: Annotated[int, Field(ge=0, le=16, description="GPUs for each eval job.")] = 0
     config: Annotated[
-        dict[str, Any], Field(description="Free-form options handed to the eval workload.")
+        JsonObject, Field(description="Free-form options handed to the eval workload.")
     ] = Field(default_factory=dict)
 
 
@@ -124,10 +136,16 @@ class RecoveryPolicy(SpecModel):
     """
 
     max_interruptions: Annotated[
-        int, Field(ge=0, description="Preemptions / node losses tolerated (infrastructure).")
+        int,
+        Field(
+            ge=0, le=MAX_INT32, description="Preemptions / node losses tolerated (infrastructure)."
+        ),
     ] = 20
     max_failures: Annotated[
-        int, Field(ge=0, description="Application failures tolerated (non-zero exit, OOM).")
+        int,
+        Field(
+            ge=0, le=MAX_INT32, description="Application failures tolerated (non-zero exit, OOM)."
+        ),
     ] = 1
     backoff_seconds: Annotated[
         float, Field(ge=0, le=3600, description="First retry delay; doubles up to a cap.")
@@ -153,7 +171,11 @@ class Toleration(SpecModel):
     ] = None
     toleration_seconds: Annotated[
         int | None,
-        Field(description="How long a `NoExecute` taint is tolerated before eviction."),
+        Field(
+            ge=-MAX_INT64 - 1,
+            le=MAX_INT64,
+            description="How long a `NoExecute` taint is tolerated before eviction.",
+        ),
     ] = None
 
 
@@ -212,7 +234,7 @@ class WorkloadSpec(SpecModel):
         list[EnvVar], Field(description="Extra environment variables for the workload.")
     ] = Field(default_factory=list)
     config: Annotated[
-        dict[str, Any], Field(description="Free-form configuration handed to the workload.")
+        JsonObject, Field(description="Free-form configuration handed to the workload.")
     ] = Field(default_factory=dict)
     resources: Annotated[
         Resources, Field(description="CPU, memory and scratch disk requested by each pod.")
@@ -261,7 +283,7 @@ class RewardSpec(SpecModel):
 
     name: Annotated[str, Field(min_length=1, description="Reward function, e.g. `exact_match`.")]
     options: Annotated[
-        dict[str, Any], Field(description="Free-form options handed to the reward function.")
+        JsonObject, Field(description="Free-form options handed to the reward function.")
     ] = Field(default_factory=dict)
 
 

@@ -7,7 +7,8 @@ from typing import Annotated
 from pydantic import Field
 
 from crucible.domain.enums import Backend, Phase, RunKind
-from crucible.schemas.common import MAX_INT32, MAX_INT64, ApiModel, Id, PublicModel
+from crucible.domain.json_values import MAX_INT32, MAX_INT64
+from crucible.schemas.common import ApiModel, Id, PublicModel
 
 MAX_NODES = 20_000
 MAX_PODS = 100_000

@@ -1,13 +1,13 @@
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from crucible.domain.json_values import MAX_INT32, MAX_INT64
 
 T = TypeVar("T")
 
 # Database ids and steps are 64-bit; larger numbers are refused as input, not overflowed.
-MAX_INT64 = 2**63 - 1
-MAX_INT32 = 2**31 - 1
 Id = Annotated[int, Field(ge=1, le=MAX_INT64)]
 Step = Annotated[int, Field(ge=0, le=MAX_INT64)]
 Int32 = Annotated[int, Field(ge=-MAX_INT32 - 1, le=MAX_INT32)]
@@ -18,10 +18,35 @@ Description = Annotated[str, Field(max_length=2000)]
 Tags = Annotated[dict[str, str], Field(max_length=100)]
 
 
+def _in_utc(moment: datetime) -> datetime:
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00
+        raise ValueError("is out of range once converted to UTC") from exc
+
+
+# A point in time with its zone: a naive one would be read in whatever zone the server or
+# the database happens to use (SQLite and Postgres disagree), so it is refused.
+Moment = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+
+
 class ApiModel(BaseModel):
     """Request bodies reject unknown fields, so a typo is a 422, not silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class UpdateModel(ApiModel):
+    """A partial update: a field left out keeps its value. None of these fields can be
+    cleared, so an explicit null is refused naming the field (it used to reach the database
+    and come back as a misleading 409)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("leave the field out to keep its value; it cannot be null")
+        return value
 
 
 class PublicModel(BaseModel):
@@ -41,5 +66,5 @@ class Deleted(PublicModel):
 
 
 class TimeRange(BaseModel):
-    created_after: datetime | None = None
-    created_before: datetime | None = None
+    created_after: Moment | None = None
+    created_before: Moment | None = None

@@ -6,8 +6,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, model_validator
 
 from crucible.domain.enums import EdgeRelation, NodeType
+from crucible.domain.json_values import MAX_INT32, MAX_INT64, JsonObject
 from crucible.domain.storage_uris import uri_problem
-from crucible.schemas.common import MAX_INT32, MAX_INT64, ApiModel, Id, PublicModel, Step
+from crucible.schemas.common import ApiModel, Id, PublicModel, Step
 
 DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 DIGEST_PATTERN = r"^[a-z0-9]{2,16}:[0-9a-f]{16,80}$"
@@ -63,7 +64,7 @@ class DatasetVersionCreate(ApiModel):
     uri: Uri
     digest: Digest
     record_count: int | None = Field(default=None, ge=0, le=MAX_INT64)
-    schema_: dict[str, Any] = Field(
+    schema_: JsonObject = Field(
         default_factory=dict, alias="schema", description="Free-form description of a record."
     )
     produced_by_run_id: Id | None = Field(
@@ -103,7 +104,7 @@ class CheckpointCreate(ApiModel):
     attempt: int | None = Field(
         default=None, ge=1, le=MAX_INT32, description="Number of the run's attempt that wrote it."
     )
-    meta: dict[str, Any] = Field(default_factory=dict)
+    meta: JsonObject = Field(default_factory=dict)
 
 
 class CheckpointPublic(PublicModel):

@@ -4,8 +4,9 @@ from typing import Any
 from pydantic import Field
 
 from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
+from crucible.domain.json_values import MAX_INT32
 from crucible.domain.specs import Manifest
-from crucible.schemas.common import MAX_INT32, ApiModel, Id, Int32, PublicModel, Tags
+from crucible.schemas.common import ApiModel, Id, Int32, PublicModel, Tags
 
 
 class RunSubmit(ApiModel):

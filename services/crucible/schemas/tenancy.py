@@ -3,7 +3,15 @@ from datetime import datetime
 from pydantic import Field
 
 from crucible.domain.enums import Role
-from crucible.schemas.common import ApiModel, Description, Name, PublicModel, Tags
+from crucible.schemas.common import (
+    ApiModel,
+    Description,
+    Moment,
+    Name,
+    PublicModel,
+    Tags,
+    UpdateModel,
+)
 
 
 class ProjectCreate(ApiModel):
@@ -14,7 +22,7 @@ class ProjectCreate(ApiModel):
     )
 
 
-class ProjectUpdate(ApiModel):
+class ProjectUpdate(UpdateModel):
     description: Description | None = None
 
 
@@ -32,7 +40,9 @@ class TokenCreate(ApiModel):
         default=None, description="Project name; omit for a global token (admins only)."
     )
     role: Role = Role.viewer
-    expires_at: datetime | None = None
+    expires_at: Moment | None = Field(
+        default=None, description="When it stops working; in the future, with a time zone."
+    )
 
 
 class TokenPublic(PublicModel):
@@ -57,7 +67,7 @@ class ExperimentCreate(ApiModel):
     tags: Tags = Field(default_factory=dict)
 
 
-class ExperimentUpdate(ApiModel):
+class ExperimentUpdate(UpdateModel):
     description: Description | None = None
     tags: Tags | None = None
 

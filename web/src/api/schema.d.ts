@@ -2485,7 +2485,10 @@ export interface components {
         };
         /** TokenCreate */
         TokenCreate: {
-            /** Expires At */
+            /**
+             * Expires At
+             * @description When it stops working; in the future, with a time zone.
+             */
             expires_at?: string | null;
             /** Name */
             name: string;

@@ -9,7 +9,7 @@ from crucible.api.params import PathId
 from crucible.core import run_logs, run_summaries
 from crucible.core.run_logs import MAX_TAIL_BYTES, LogTail
 from crucible.core.run_summaries import MAX_RUNS, RunId, RunSummary
-from crucible.schemas.common import MAX_INT32
+from crucible.domain.json_values import MAX_INT32
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 

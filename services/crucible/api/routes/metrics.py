@@ -21,7 +21,7 @@ from crucible.api.deps import CurrentPrincipal, Uow
 from crucible.api.params import PathId
 from crucible.core import metrics
 from crucible.domain.downsample import MIN_POINTS
-from crucible.schemas.common import MAX_INT64
+from crucible.domain.json_values import MAX_INT64
 from crucible.schemas.metrics import (
     IngestResult,
     MetricBatch,

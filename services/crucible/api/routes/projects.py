@@ -1,8 +1,9 @@
+from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
-from crucible.api.deps import CurrentPrincipal, Uow
+from crucible.api.deps import NO_STORE, CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId
 from crucible.core import projects, tokens
 from crucible.schemas.common import Deleted, Page
@@ -66,9 +67,22 @@ def delete_project(
 
 
 @router.post("/tokens", status_code=201, operation_id="createToken", tags=["tokens"])
-def create_token(body: TokenCreate, uow: Uow, principal: CurrentPrincipal) -> TokenCreated:
+def create_token(
+    body: TokenCreate,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    settings: SettingsDep,
+    response: Response,
+) -> TokenCreated:
+    response.headers["Cache-Control"] = NO_STORE  # the body is a credential
+    days = settings.token_max_lifetime_days
     with uow() as session:
-        return tokens.create_token(session=session, principal=principal, token_in=body)
+        return tokens.create_token(
+            session=session,
+            principal=principal,
+            token_in=body,
+            max_lifetime=timedelta(days=days) if days is not None else None,
+        )
 
 
 @router.get("/tokens", operation_id="listTokens", tags=["tokens"])

@@ -1,4 +1,3 @@
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
@@ -10,7 +9,8 @@ from crucible.api.streaming import event_stream
 from crucible.core import goodput, inputs, runs
 from crucible.core.storage_check import require_usable_storage
 from crucible.domain.enums import Phase, RunKind
-from crucible.schemas.common import Page
+from crucible.domain.json_values import MAX_INT64
+from crucible.schemas.common import Moment, Page
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.runs import (
     AttemptEnd,
@@ -49,8 +49,8 @@ def list_runs(
     kind: RunKind | None = None,
     phase: Phase | None = None,
     tag: Annotated[str | None, Query(description="`key=value`")] = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
+    created_after: Moment | None = None,
+    created_before: Moment | None = None,
     sort: Annotated[str, Query(pattern="^(created_at|name|phase)$")] = "created_at",
     descending: bool = True,
     cursor: str | None = None,
@@ -173,7 +173,7 @@ def list_events(
     run_id: PathId,
     uow: Uow,
     principal: CurrentPrincipal,
-    after_id: Annotated[int, Query(ge=0)] = 0,
+    after_id: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> list[RunEventPublic]:
     with uow() as session:
@@ -187,7 +187,7 @@ def event_feed(
     uow: Uow,
     principal: CurrentPrincipal,
     after_id: Annotated[
-        int | None, Query(ge=0, description="Omit to start from now (no items).")
+        int | None, Query(ge=0, le=MAX_INT64, description="Omit to start from now (no items).")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> EventFeed:
@@ -206,7 +206,7 @@ def stream_run_events(
     request: Request,
     uow: Uow,
     principal: CurrentPrincipal,
-    last_event_id: Annotated[int, Header(ge=0)] = 0,
+    last_event_id: Annotated[int, Header(ge=0, le=MAX_INT64)] = 0,
 ) -> EventSourceResponse:
     """Server-Sent Events: every new timeline event of the run; resumes from Last-Event-ID."""
     with uow() as session:  # authorise (and 404) before the stream starts
@@ -232,7 +232,7 @@ def stream_experiment_events(
     request: Request,
     uow: Uow,
     principal: CurrentPrincipal,
-    last_event_id: Annotated[int, Header(ge=0)] = 0,
+    last_event_id: Annotated[int, Header(ge=0, le=MAX_INT64)] = 0,
 ) -> EventSourceResponse:
     """Server-Sent Events: timeline events of every run in the experiment."""
 

@@ -1,9 +1,9 @@
 """The embedded mode's one-time sign-in link: a code from `crucible up` for a session token."""
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import Field
 
-from crucible.api.deps import CredentialCheckDep, SettingsDep, Uow
+from crucible.api.deps import NO_STORE, CredentialCheckDep, SettingsDep, Uow
 from crucible.core import signin
 from crucible.domain.errors import NotFound, Unauthenticated
 from crucible.schemas.common import ApiModel
@@ -21,6 +21,7 @@ def redeem_sign_in_code(
     uow: Uow,
     settings: SettingsDep,
     credential_check: CredentialCheckDep,
+    response: Response,
     body: SignInCode | None = None,
 ) -> TokenCreated:
     """Trade the single-use code `crucible up` printed for an admin token that expires in 12
@@ -31,5 +32,6 @@ def redeem_sign_in_code(
         raise Unauthenticated("no sign-in code: open the link `crucible up` printed")
     if not settings.is_sqlite:
         raise NotFound("sign-in code", "(only the embedded mode issues them)")
+    response.headers["Cache-Control"] = NO_STORE  # the body is an admin token
     with credential_check(body.code), uow() as session:
         return signin.redeem_code(session=session, home=settings.home, code=body.code)

@@ -1,0 +1,149 @@
+"""Ordinary input at the edges of its type answers 422 naming the field, never 500 and never
+a run that can never start: integers beyond 64 bits, NaN, naive or unconvertible
+datetimes, tokens that expire before they are made, nulls for fields that cannot be
+cleared. Each of these answered 500 (or 201, then 500 on every later read) before."""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from httpx import Response
+
+from tests.conftest import make_project, submit, training_run
+
+BIG = 2**70  # beyond 64 bits
+Call = Callable[[TestClient], Response]
+
+
+def run_with(name: str, **spec: Any) -> Call:
+    return lambda admin: admin.post(
+        "/api/v1/runs", json={"project": "edges", "manifest": training_run(name=name, **spec)}
+    )
+
+
+def raw_run(body: bytes) -> Call:
+    return lambda admin: admin.post(
+        "/api/v1/runs", content=body, headers={"content-type": "application/json"}
+    )
+
+
+NAN_CONFIG = (
+    b'{"project":"edges","manifest":{"apiVersion":"crucible.dev/v1alpha1","kind":"TrainingRun",'
+    b'"metadata":{"name":"nan"},"spec":{"experiment":"e","config":{"lr":NaN}}}}'
+)
+TOLERATION = {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": BIG}
+
+CASES: dict[str, tuple[Call, list[str | int], str]] = {
+    # (request, where the error points, words of the message)
+    "initFrom.id of 2^63": (
+        run_with("a", initFrom={"id": 2**63}),
+        ["spec", "initFrom", "id"],
+        "less than or equal",
+    ),
+    "a dataset version of 20 digits": (
+        run_with("b", inputs=[{"dataset": "ds1@99999999999999999999"}]),
+        ["spec", "inputs", 0, "dataset"],
+        "pattern",
+    ),
+    "an integer beyond 64 bits in config": (
+        run_with("c", config={"train": {"steps": BIG}}),
+        ["spec", "config"],
+        "train.steps",
+    ),
+    "NaN in config": (raw_run(NAN_CONFIG), ["spec", "config"], "not a finite number"),
+    "tolerationSeconds beyond 64 bits": (
+        run_with("d", scheduling={"tolerations": [TOLERATION]}),
+        ["tolerations", 0, "tolerationSeconds"],
+        "less than or equal",
+    ),
+    "checkpoints.keepLast beyond 32 bits": (
+        run_with("e", checkpoints={"keepLast": BIG}),
+        ["checkpoints", "keepLast"],
+        "less than or equal",
+    ),
+    "a naive expires_at": (
+        lambda admin: admin.post(
+            "/api/v1/tokens",
+            json={"name": "t", "project": "edges", "expires_at": "2030-01-01T00:00:00"},
+        ),
+        ["body", "expires_at"],
+        "timezone",
+    ),
+    "an expires_at in the past": (
+        lambda admin: admin.post(
+            "/api/v1/tokens",
+            json={"name": "t", "project": "edges", "expires_at": "0001-01-01T00:00:00Z"},
+        ),
+        ["body", "expires_at"],
+        "in the future",
+    ),
+    "a naive created_after": (
+        lambda admin: admin.get("/api/v1/runs", params={"created_after": "2030-01-01T00:00:00"}),
+        ["query", "created_after"],
+        "timezone",
+    ),
+    "a created_before that leaves the calendar in UTC": (
+        lambda admin: admin.get(
+            "/api/v1/runs", params={"created_before": "0001-01-01T00:00:00+01:00"}
+        ),
+        ["query", "created_before"],
+        "out of range",
+    ),
+    "an after_id beyond 64 bits": (
+        lambda admin: admin.get("/api/v1/runs/1/events", params={"after_id": BIG}),
+        ["query", "after_id"],
+        "less than or equal",
+    ),
+    "an event feed after_id beyond 64 bits": (
+        lambda admin: admin.get("/api/v1/events", params={"after_id": BIG}),
+        ["query", "after_id"],
+        "less than or equal",
+    ),
+    "a Last-Event-ID beyond 64 bits": (
+        lambda admin: admin.get(
+            "/api/v1/runs/1/events/stream", headers={"Last-Event-ID": "99999999999999999999"}
+        ),
+        ["header", "last-event-id"],
+        "less than or equal",
+    ),
+    "a dataset version of 20 digits to resolve": (
+        lambda admin: admin.get(
+            "/api/v1/datasets/resolve",
+            params={"project": "edges", "ref": "ds@99999999999999999999"},
+        ),
+        ["query", "ref"],
+        "name@<version>",
+    ),
+    "a null project description": (
+        lambda admin: admin.patch("/api/v1/projects/1", json={"description": None}),
+        ["body", "description"],
+        "cannot be null",
+    ),
+    "null experiment tags": (
+        lambda admin: admin.patch("/api/v1/experiments/1", json={"tags": None}),
+        ["body", "tags"],
+        "cannot be null",
+    ),
+}
+
+
+@pytest.fixture
+def edges(admin: TestClient) -> TestClient:
+    make_project(admin, "edges")
+    submit(admin, project="edges", name="seed")  # run 1, experiment 1
+    return admin
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_edge_input_is_a_422_naming_the_field(edges: TestClient, case: str) -> None:
+    call, where, words = CASES[case]
+    response = call(edges)
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    loc = error["loc"]
+    assert loc[-len(where) :] == where, error
+    assert words in error["msg"], error
+    # Nothing stored: only the seed run and its experiment exist.
+    runs = edges.get("/api/v1/runs", params={"project": "edges"}).json()["items"]
+    assert [r["name"] for r in runs] == ["seed"]
