@@ -1,9 +1,13 @@
 """The auth matrix: no token, wrong token, another project's token, and roles."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import bearer, make_project, make_token, submit
+from crucible.api.app import create_app
+from crucible.settings import Settings
+from tests.conftest import ADMIN_TOKEN, bearer, make_project, make_token, submit
 
 
 def test_every_api_route_needs_a_token(client: TestClient) -> None:
@@ -93,7 +97,9 @@ def test_roles_gate_writes(
 
 def test_revoked_token_stops_working(client: TestClient, admin: TestClient) -> None:
     make_project(admin, "alpha")
-    created = admin.post("/api/v1/tokens", json={"name": "t", "project": "alpha"}).json()
+    response = admin.post("/api/v1/tokens", json={"name": "t", "project": "alpha"})
+    assert response.headers["cache-control"] == "no-store"  # the body is a credential
+    created = response.json()
     assert client.get("/api/v1/projects", headers=bearer(created["token"])).status_code == 200
     assert admin.delete(f"/api/v1/tokens/{created['id']}").status_code == 200
     assert client.get("/api/v1/projects", headers=bearer(created["token"])).status_code == 401
@@ -118,3 +124,22 @@ def test_delete_project_refuses_when_runs_exist(admin: TestClient) -> None:
     assert refused.status_code == 409 and "force" in refused.json()["detail"]
     assert admin.delete(f"/api/v1/projects/{project_id}", params={"force": True}).status_code == 200
     assert admin.get(f"/api/v1/projects/{project_id}").status_code == 404
+
+
+def test_a_servers_longest_token_lifetime_bounds_every_new_token(settings: Settings) -> None:
+    app = create_app(settings.model_copy(update={"token_max_lifetime_days": 30}))
+    try:
+        with TestClient(app, headers=bearer(ADMIN_TOKEN)) as admin:
+            make_project(admin, "alpha")
+            too_long = admin.post(
+                "/api/v1/tokens",
+                json={"name": "t", "project": "alpha", "expires_at": "2099-01-01T00:00:00Z"},
+            )
+            assert too_long.status_code == 422, too_long.text
+            assert "CRUCIBLE_TOKEN_MAX_LIFETIME_DAYS" in too_long.json()["detail"][0]["msg"]
+            unbounded = admin.post("/api/v1/tokens", json={"name": "u", "project": "alpha"})
+            assert unbounded.status_code == 201, unbounded.text
+            expires = datetime.fromisoformat(unbounded.json()["expires_at"])
+            assert abs(expires - (datetime.now(UTC) + timedelta(days=30))) < timedelta(minutes=1)
+    finally:
+        app.state.engine.dispose()

@@ -141,3 +141,12 @@ def test_bad_reports_are_refused_with_the_field_named(admin: TestClient) -> None
     assert answer.status_code == 422
     assert answer.json()["detail"][0]["loc"] == ["body", "nodes", 0, "gpus_allocated"]
     assert admin.get("/api/v1/cluster").json()["clusters"] == []
+
+
+def test_a_node_reported_twice_is_a_422_naming_it_not_a_conflict(admin: TestClient) -> None:
+    twice = {"nodes": [_node("gpu-1", 0), _node("gpu-1", 1)], "pods": []}
+    answer = admin.put("/api/v1/clusters/kubernetes/report", json=twice)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", "nodes"] and "'gpu-1' is reported twice" in error["msg"]
+    assert admin.get("/api/v1/cluster").json()["clusters"] == []

@@ -125,6 +125,46 @@ CASES: dict[str, tuple[Call, list[str | int], str]] = {
         ["body", "tags"],
         "cannot be null",
     ),
+    "an empty tag key": (
+        lambda admin: admin.post(
+            "/api/v1/runs",
+            json={"project": "edges", "manifest": training_run(name="f"), "tags": {"": "x"}},
+        ),
+        ["body", "tags", "", "[key]"],
+        "at least 1 character",
+    ),
+    "a tag value of 2,000 characters": (
+        lambda admin: admin.post(
+            "/api/v1/runs",
+            json={
+                "project": "edges",
+                "manifest": training_run(name="g"),
+                "tags": {"k": "v" * 2000},
+            },
+        ),
+        ["body", "tags", "k"],
+        "at most 1024",
+    ),
+    "a bidirectional override in a description": (
+        lambda admin: admin.patch("/api/v1/projects/1", json={"description": "safe\u202egnp.exe"}),
+        ["body", "description"],
+        "pattern",
+    ),
+    "a NUL in a metric key": (
+        lambda admin: admin.post(
+            "/api/v1/runs/1/metrics", json={"points": [{"key": "lo\x00ss", "step": 1, "value": 1}]}
+        ),
+        ["points", 0, "key"],
+        "pattern",
+    ),
+    "a metric time of -1e20": (
+        lambda admin: admin.post(
+            "/api/v1/runs/1/metrics",
+            json={"points": [{"key": "loss", "step": 1, "value": 1, "time": -1e20}]},
+        ),
+        ["points", 0, "time"],
+        "greater than or equal",
+    ),
 }
 
 

@@ -24,6 +24,7 @@ def test_a_code_signs_in_once(client: TestClient, settings: Settings) -> None:
 
     first = client.post(URL, json={"code": code})
     assert first.status_code == 200, first.text
+    assert first.headers["cache-control"] == "no-store"  # the body is an admin token
     session = first.json()
     assert session["role"] == "admin" and session["expires_at"] is not None
     projects = client.get("/api/v1/projects", headers=bearer(session["token"]))
@@ -32,6 +33,8 @@ def test_a_code_signs_in_once(client: TestClient, settings: Settings) -> None:
     again = client.post(URL, json={"code": code})
     assert again.status_code == 401
     assert "used already or has expired" in again.json()["detail"]
+    # An unauthenticated caller learns nothing of the server's files.
+    assert str(settings.home) not in again.json()["detail"]
 
 
 @embedded

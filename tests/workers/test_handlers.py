@@ -431,3 +431,14 @@ def test_retention_keeps_the_last_k_the_best_and_those_in_use(
     assert retire_checkpoints(app.state.session_factory) == 1
     assert not (tmp_path / "step-300").exists()
     assert retire_checkpoints(app.state.session_factory) == 0
+
+
+def test_an_init_from_checkpoint_outside_the_project_fails_saying_so(admin: TestClient) -> None:
+    """No producer failed: the checkpoint id names nothing this project wrote (here, nothing
+    at all; another project's checkpoint takes the same path)."""
+    make_project(admin)
+    run = submit_kind(admin, "TrainingRun", "tune", initFrom={"id": 999_999})
+    assert resolve(admin, run["id"])["phase"] == "Failed"
+    failed = run_of(admin, run["id"])
+    assert failed["reason"] == "CheckpointNotInProject", failed
+    assert "checkpoint 999999 does not exist in this project" in failed["message"]

@@ -41,7 +41,11 @@ class _Waiting(Exception):
 
 
 class _ProducerFailed(Exception):
-    """The input can never exist; the run fails."""
+    """The input can never exist; the run fails, with `reason` saying why."""
+
+    def __init__(self, message: str, reason: str = reasons.REASON_PRODUCER_FAILED) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -68,7 +72,7 @@ def resolve_inputs(*, session: Session, principal: Principal, run_id: int) -> In
             run.message = str(exc)
         return _answer(run, ready=False)
     except _ProducerFailed as exc:
-        move_run(session, run, Phase.Failed, reasons.REASON_PRODUCER_FAILED, str(exc))
+        move_run(session, run, Phase.Failed, exc.reason, str(exc))
         return _answer(run, ready=False)
 
     run.resolved_inputs = {
@@ -172,9 +176,14 @@ def _checkpoint(session: Session, run: Run, ref: CheckpointRef) -> Checkpoint:
         if checkpoint is None or session.get_one(Run, checkpoint.run_id).project_id != (
             run.project_id
         ):
-            raise _ProducerFailed(f"checkpoint {ref.id} does not exist in this project")
+            raise _ProducerFailed(
+                f"checkpoint {ref.id} does not exist in this project",
+                reasons.REASON_CHECKPOINT_NOT_IN_PROJECT,
+            )
         if checkpoint.deleted_at is not None:
-            raise _ProducerFailed(f"checkpoint {ref.id} was deleted by retention")
+            raise _ProducerFailed(
+                f"checkpoint {ref.id} was deleted by retention", reasons.REASON_CHECKPOINT_DELETED
+            )
         return checkpoint
     assert ref.run is not None  # the spec demands exactly one source
     producer = _finished_producer(session, run, ref.run, _CHECKPOINT_PRODUCER_KINDS)

@@ -25,6 +25,9 @@ REASON_REACHED_MAX_FAILURES = "ReachedMaxFailures"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_INPUTS_MISSING = "InputsMissing"
 REASON_PRODUCER_FAILED = "ProducerFailed"
+# initFrom names a checkpoint id that no run of the project wrote (or none at all)
+REASON_CHECKPOINT_NOT_IN_PROJECT = "CheckpointNotInProject"
+REASON_CHECKPOINT_DELETED = "CheckpointDeleted"  # initFrom names one retention removed
 REASON_SUBMITTED = "Submitted"
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_RESOURCE_DELETED = "ResourceDeleted"  # its custom resource vanished past the operator

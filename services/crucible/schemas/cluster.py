@@ -4,7 +4,7 @@ read back."""
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from crucible.domain.enums import Backend, Phase, RunKind
 from crucible.domain.json_values import MAX_INT32, MAX_INT64
@@ -45,6 +45,16 @@ class PodReport(ApiModel):
 class ClusterReport(ApiModel):
     nodes: list[NodeReport] = Field(max_length=MAX_NODES)
     pods: list[PodReport] = Field(max_length=MAX_PODS)
+
+    @field_validator("nodes")
+    @classmethod
+    def _one_entry_per_node(cls, nodes: list[NodeReport]) -> list[NodeReport]:
+        seen: set[str] = set()
+        for node in nodes:
+            if node.name in seen:
+                raise ValueError(f"node {node.name!r} is reported twice; report each node once")
+            seen.add(node.name)
+        return nodes
 
 
 class ReportReceived(PublicModel):

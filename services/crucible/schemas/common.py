@@ -14,8 +14,22 @@ Int32 = Annotated[int, Field(ge=-MAX_INT32 - 1, le=MAX_INT32)]
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
-Description = Annotated[str, Field(max_length=2000)]
-Tags = Annotated[dict[str, str], Field(max_length=100)]
+# Characters that make text read other than it displays, or that a database cannot hold:
+# C0 controls and DEL (NUL among them), and the bidirectional overrides and isolates
+# (U+202A-U+202E, U+2066-U+2069). Free text keeps tab, newline and carriage return.
+_BIDI = "\u202a-\u202e\u2066-\u2069"  # the characters themselves: both regex dialects read them
+HIDDEN_IN_NAMES = "\\x00-\\x1f\\x7f" + _BIDI
+HIDDEN_IN_TEXT = "\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f" + _BIDI
+PLAIN_TEXT = f"^[^{HIDDEN_IN_TEXT}]*$"
+PLAIN_NAME = f"^[^{HIDDEN_IN_NAMES}]*$"
+
+Description = Annotated[str, Field(max_length=2000, pattern=PLAIN_TEXT)]
+TagKey = Annotated[str, Field(min_length=1, max_length=128, pattern=PLAIN_NAME)]
+TagValue = Annotated[str, Field(max_length=1024, pattern=PLAIN_NAME)]
+Tags = Annotated[
+    dict[TagKey, TagValue],
+    Field(max_length=100, description="Up to 100 tags; keys 1-128 characters, values up to 1,024."),
+]
 
 
 def _in_utc(moment: datetime) -> datetime:

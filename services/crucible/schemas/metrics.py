@@ -9,11 +9,14 @@ from typing import Annotated, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
 
-from crucible.schemas.common import ApiModel, PublicModel, Step
+from crucible.schemas.common import HIDDEN_IN_NAMES, ApiModel, PublicModel, Step
 
 MAX_BATCH_POINTS = 10_000
+# A metric's wall-clock time: a clock that far off is a bug, and charts by time need a scale.
+EARLIEST_TIME = 946_684_800.0  # 2000-01-01T00:00:00Z
+LATEST_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 # Commas are refused because the history filter `keys=a,b` splits on them.
-KEY_PATTERN = r"^[^,\x00-\x1f\x7f]+$"
+KEY_PATTERN = f"^[^,{HIDDEN_IN_NAMES}]+$"
 
 
 # A TypedDict rather than a model: pydantic validates a 10,000-point batch about twice as
@@ -41,7 +44,10 @@ class MetricPointIn(TypedDict):
             float | None,
             Field(
                 allow_inf_nan=False,
-                description="Seconds since the epoch; default: when the server receives it.",
+                ge=EARLIEST_TIME,
+                le=LATEST_TIME,
+                description="Seconds since the epoch, between 2000 and 2100; default: when the "
+                "server receives it.",
             ),
         ]
     ]

@@ -4,6 +4,7 @@ from pydantic import Field
 
 from crucible.domain.enums import Role
 from crucible.schemas.common import (
+    PLAIN_NAME,
     ApiModel,
     Description,
     Moment,
@@ -35,7 +36,7 @@ class ProjectPublic(PublicModel):
 
 
 class TokenCreate(ApiModel):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=PLAIN_NAME)
     project: str | None = Field(
         default=None, description="Project name; omit for a global token (admins only)."
     )

@@ -1490,7 +1490,10 @@ export interface components {
              * @description Project name.
              */
             project: string;
-            /** Tags */
+            /**
+             * Tags
+             * @description Up to 100 tags; keys 1-128 characters, values up to 1,024.
+             */
             tags?: {
                 [key: string]: string;
             };
@@ -1732,7 +1735,7 @@ export interface components {
             step: number;
             /**
              * Time
-             * @description Seconds since the epoch; default: when the server receives it.
+             * @description Seconds since the epoch, between 2000 and 2100; default: when the server receives it.
              */
             time?: number | null;
             /**
@@ -2392,7 +2395,10 @@ export interface components {
              * @description Project name.
              */
             project: string;
-            /** Tags */
+            /**
+             * Tags
+             * @description Up to 100 tags; keys 1-128 characters, values up to 1,024.
+             */
             tags?: {
                 [key: string]: string;
             };
