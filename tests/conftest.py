@@ -73,7 +73,11 @@ postgres_only = pytest.mark.parametrize(
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    return load_settings(home=tmp_path / "home", database_url=database_url, admin_token=ADMIN_TOKEN)
+    # No broker: the failed-authentication throttle then counts per app, not across tests in
+    # the shared Redis of the test stack.
+    return load_settings(
+        home=tmp_path / "home", database_url=database_url, admin_token=ADMIN_TOKEN, broker_url=None
+    )
 
 
 @pytest.fixture

@@ -1,19 +1,22 @@
 """Wrong credentials are rate limited per client address: past the limit of distinct wrong
 tokens (or sign-in codes), 429 with Retry-After."""
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crucible.api.app import create_app
+from crucible.api.auth_throttle import RedisFailures
 from crucible.core import signin
 from crucible.settings import Settings
 from tests.conftest import ADMIN_TOKEN, bearer
-from tests.servers import local_server
+from tests.servers import free_port, local_server
 
 LIMIT = 3
 
@@ -104,3 +107,51 @@ def test_forwarded_for_names_the_client_only_behind_a_trusted_proxy(tmp_path: Pa
                 headers={**bearer(f"cru_guess{i}"), "X-Forwarded-For": f"203.0.113.{i}"},
             )
             assert response.status_code == 401
+
+
+def shared_broker() -> str:
+    """A Redis database of the test stack's server for this module alone."""
+    base = os.environ.get("CRUCIBLE_BROKER_URL", "redis://127.0.0.1:16379/0")
+    url = base.rsplit("/", 1)[0] + "/14"
+    redis.Redis.from_url(url).delete(RedisFailures.PREFIX + "testclient")
+    return url
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_api_replicas_share_the_count_through_redis(settings: Settings) -> None:
+    shared = settings.model_copy(
+        update={"auth_failure_limit": LIMIT, "broker_url": shared_broker()}
+    )
+    replicas = [create_app(shared), create_app(shared)]
+    try:
+        with TestClient(replicas[0]) as first, TestClient(replicas[1]) as second:
+            statuses = [
+                (first if i % 2 == 0 else second)
+                .get("/api/v1/projects", headers=bearer(f"cru_guess{i}"))
+                .status_code
+                for i in range(LIMIT + 1)
+            ]
+            assert statuses == [401] * LIMIT + [429]  # the last one counted the other's too
+            assert second.get("/api/v1/projects", headers=bearer(ADMIN_TOKEN)).status_code == 200
+    finally:
+        for replica in replicas:
+            replica.state.engine.dispose()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_redis_that_does_not_answer_limits_nothing_and_refuses_no_right_token(
+    settings: Settings,
+) -> None:
+    gone = settings.model_copy(
+        update={"auth_failure_limit": LIMIT, "broker_url": f"redis://127.0.0.1:{free_port()}/0"}
+    )
+    app = create_app(gone)
+    try:
+        with TestClient(app) as client:
+            for i in range(LIMIT + 2):
+                wrong = client.get("/api/v1/projects", headers=bearer(f"cru_guess{i}"))
+                assert wrong.status_code == 401
+            assert client.get("/api/v1/projects", headers=bearer(ADMIN_TOKEN)).status_code == 200
+    finally:
+        app.state.engine.dispose()

@@ -20,6 +20,7 @@ def test_an_exhausted_connection_pool_answers_503_with_retry_after(
         home=tmp_path / "home",
         database_url=database_url,
         admin_token=ADMIN_TOKEN,
+        broker_url=None,
         db_pool_size=1,
         db_pool_timeout_seconds=0.5,
     )

@@ -635,7 +635,7 @@ def test_migration_computes_the_rollups_of_stored_points(scratch_url: str, tmp_p
     engine = create_engine(scratch_url)
     schema.upgrade(engine)
     settings = load_settings(
-        home=tmp_path / "home", database_url=scratch_url, admin_token=ADMIN_TOKEN
+        home=tmp_path / "home", database_url=scratch_url, admin_token=ADMIN_TOKEN, broker_url=None
     )
     app = create_app(settings)
     try:

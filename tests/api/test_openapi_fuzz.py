@@ -21,7 +21,10 @@ from tests.conftest import ADMIN_TOKEN, make_project, submit
 def _app(tmp: Path) -> FastAPI:
     app = create_app(
         load_settings(
-            home=tmp, database_url=f"sqlite:///{tmp / 'fuzz.db'}", admin_token=ADMIN_TOKEN
+            home=tmp,
+            database_url=f"sqlite:///{tmp / 'fuzz.db'}",
+            admin_token=ADMIN_TOKEN,
+            broker_url=None,
         )
     )
     with TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:

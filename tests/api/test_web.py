@@ -11,7 +11,10 @@ from crucible.settings import Settings, load_settings
 def embedded(tmp_path: Path, web_dir: Path) -> Settings:
     """SQLite of its own: scripts/test exports CRUCIBLE_DATABASE_URL for the Postgres tests."""
     return load_settings(
-        home=tmp_path / "home", database_url=f"sqlite:///{tmp_path}/web.db", web_dir=web_dir
+        home=tmp_path / "home",
+        database_url=f"sqlite:///{tmp_path}/web.db",
+        web_dir=web_dir,
+        broker_url=None,
     )
 
 

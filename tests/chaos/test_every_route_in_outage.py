@@ -32,6 +32,7 @@ def app_on_private_postgres(private_postgres: PrivatePostgres, tmp_path: Path) -
         home=tmp_path / "home",
         database_url=private_postgres.fresh_database(),
         admin_token=ADMIN_TOKEN,
+        broker_url=None,
         db_pool_timeout_seconds=2,
     )
     application = create_app(settings)

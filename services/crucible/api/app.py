@@ -5,7 +5,7 @@ import logging
 from fastapi import FastAPI
 
 from crucible import __version__
-from crucible.api.auth_throttle import FailedAuthThrottle
+from crucible.api.auth_throttle import throttle_for
 from crucible.api.errors import install_error_handlers
 from crucible.api.limits import BodySizeLimit
 from crucible.api.observability import ApiMetrics, RequestMetrics
@@ -46,9 +46,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.metrics = ApiMetrics(engine, session_factory)
-    app.state.auth_throttle = FailedAuthThrottle(
-        settings.auth_failure_limit, settings.auth_failure_window_seconds
-    )
+    app.state.auth_throttle = throttle_for(settings)
 
     install_error_handlers(app)
     for module in (health, projects, runs, metrics, lineage, signin, dashboard, cluster):
