@@ -4,7 +4,9 @@ route added to the API is exercised by both as soon as it has an example body he
 
 from typing import Any
 
-from tests.conftest import training_run
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_project, training_run
 
 MARKER = "zzbeta"  # in the name of every object of project B; A must never read it
 PUBLIC = {"healthz", "readyz", "redeemSignInCode"}  # documented as public in docs/reliability.md
@@ -35,6 +37,7 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
         "registerCheckpoint": {"step": 99, "uri": "s3://x/c99", "digest": DIGEST, "size_bytes": 1},
         "recordEvalResult": {"checkpoint_id": b["checkpoint"], "suite": "s", "scores": {"a": 1.0}},
         "reportCluster": {"nodes": [], "pods": []},
+        "redeemSignInCode": {"code": "not-a-code"},
     }
 
 
@@ -60,3 +63,50 @@ def concrete_path(path: str, b: dict[str, int]) -> str:
 
 def query_for(b: dict[str, int]) -> dict[str, Any]:
     return {"project": MARKER, "ref": f"{MARKER}-data@latest", "metric": "acc", "ids": b["run"]}
+
+
+def project_b(admin: TestClient) -> dict[str, int]:
+    """Project B with one of everything, made by the global admin; returns their ids."""
+    project = make_project(admin, MARKER)
+    run = admin.post(
+        "/api/v1/runs",
+        json={
+            "project": MARKER,
+            "manifest": training_run(name=f"{MARKER}-run", experiment=f"{MARKER}-exp"),
+        },
+    ).json()
+    assert admin.post(f"/api/v1/runs/{run['id']}/attempts", json={}).status_code == 201
+    points = [{"key": f"{MARKER}/loss", "step": 1, "value": 1.0}]
+    assert admin.post(f"/api/v1/runs/{run['id']}/metrics", json={"points": points}).is_success
+    checkpoint = admin.post(
+        f"/api/v1/runs/{run['id']}/checkpoints",
+        json={"step": 1, "uri": f"s3://{MARKER}/c1", "digest": DIGEST, "size_bytes": 1},
+    ).json()
+    version = admin.post(
+        "/api/v1/datasets/versions",
+        json={
+            "project": MARKER,
+            "name": f"{MARKER}-data",
+            "uri": f"s3://{MARKER}/d",
+            "digest": DIGEST,
+        },
+    ).json()
+    assert admin.post(
+        f"/api/v1/runs/{run['id']}/inputs", json={"dataset_version_id": version["id"]}
+    ).is_success
+    assert admin.post(
+        "/api/v1/evals",
+        json={"checkpoint_id": checkpoint["id"], "suite": f"{MARKER}-suite", "scores": {"acc": 1}},
+    ).is_success
+    token = admin.post(
+        "/api/v1/tokens", json={"name": f"{MARKER}-token", "project": MARKER, "role": "admin"}
+    ).json()
+    return {
+        "project": int(project["id"]),  # type: ignore[call-overload]
+        "run": run["id"],
+        "experiment": run["experiment_id"],
+        "checkpoint": checkpoint["id"],
+        "version": version["id"],
+        "dataset": version["dataset_id"],
+        "token": token["id"],
+    }

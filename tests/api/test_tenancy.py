@@ -16,55 +16,9 @@ from tests.route_examples import (
     PUBLIC,
     concrete_path,
     example_bodies,
+    project_b,
     query_for,
 )
-
-
-def project_b(admin: TestClient) -> dict[str, int]:
-    """Project B with one of everything, made by the global admin; returns their ids."""
-    project = make_project(admin, MARKER)
-    run = admin.post(
-        "/api/v1/runs",
-        json={
-            "project": MARKER,
-            "manifest": training_run(name=f"{MARKER}-run", experiment=f"{MARKER}-exp"),
-        },
-    ).json()
-    assert admin.post(f"/api/v1/runs/{run['id']}/attempts", json={}).status_code == 201
-    points = [{"key": f"{MARKER}/loss", "step": 1, "value": 1.0}]
-    assert admin.post(f"/api/v1/runs/{run['id']}/metrics", json={"points": points}).is_success
-    checkpoint = admin.post(
-        f"/api/v1/runs/{run['id']}/checkpoints",
-        json={"step": 1, "uri": f"s3://{MARKER}/c1", "digest": DIGEST, "size_bytes": 1},
-    ).json()
-    version = admin.post(
-        "/api/v1/datasets/versions",
-        json={
-            "project": MARKER,
-            "name": f"{MARKER}-data",
-            "uri": f"s3://{MARKER}/d",
-            "digest": DIGEST,
-        },
-    ).json()
-    assert admin.post(
-        f"/api/v1/runs/{run['id']}/inputs", json={"dataset_version_id": version["id"]}
-    ).is_success
-    assert admin.post(
-        "/api/v1/evals",
-        json={"checkpoint_id": checkpoint["id"], "suite": f"{MARKER}-suite", "scores": {"acc": 1}},
-    ).is_success
-    token = admin.post(
-        "/api/v1/tokens", json={"name": f"{MARKER}-token", "project": MARKER, "role": "admin"}
-    ).json()
-    return {
-        "project": int(project["id"]),  # type: ignore[call-overload]
-        "run": run["id"],
-        "experiment": run["experiment_id"],
-        "checkpoint": checkpoint["id"],
-        "version": version["id"],
-        "dataset": version["dataset_id"],
-        "token": token["id"],
-    }
 
 
 @pytest.fixture
