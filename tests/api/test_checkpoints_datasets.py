@@ -534,3 +534,22 @@ def test_access_matrix_across_projects(admin: TestClient, two_projects: dict[str
         headers=bearer(tokens["editor"]),
     )
     assert cross.status_code == 404
+
+
+def test_the_same_content_at_another_uri_is_a_conflict_naming_both(admin: TestClient) -> None:
+    make_project(admin)
+    first = register_dataset(admin, content="a")
+    moved = admin.post(
+        f"{API}/datasets/versions",
+        json={
+            "project": "vision",
+            "name": "prompts",
+            "uri": "s3://elsewhere/a",
+            "digest": digest("a"),
+        },
+    )
+    assert moved.status_code == 409, moved.text
+    message = error_text(moved)
+    assert first["uri"] in message and "s3://elsewhere/a" in message, message
+    versions = admin.get(f"{API}/datasets/{first['dataset_id']}/versions").json()["items"]
+    assert [(v["version"], v["uri"]) for v in versions] == [(1, first["uri"])]

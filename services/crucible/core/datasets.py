@@ -13,7 +13,7 @@ from crucible.core.pagination import paginate
 from crucible.db.tables import Dataset, DatasetVersion, Run
 from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain.enums import EdgeRelation, NodeType, Role
-from crucible.domain.errors import InvalidInput, NotFound
+from crucible.domain.errors import Conflict, InvalidInput, NotFound
 from crucible.domain.specs import DATASET_REF
 from crucible.schemas.common import Page
 from crucible.schemas.lineage import DatasetPublic, DatasetVersionCreate, DatasetVersionPublic
@@ -44,6 +44,14 @@ def register_version(
         )
     )
     if existing is not None:
+        if existing.uri != version_in.uri:
+            # The same bytes somewhere else: answering with the old version would tell the
+            # caller its URI is registered when it is not.
+            raise Conflict(
+                f"dataset {version_in.name!r} version {existing.version} already holds this "
+                f"content ({version_in.digest}) at {existing.uri!r}, not at {version_in.uri!r}; "
+                f"read it as {version_in.name}@{existing.version}, or register other content"
+            )
         return version_public(existing, dataset)
 
     latest = session.scalar(
