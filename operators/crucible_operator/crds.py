@@ -128,6 +128,7 @@ _KEPT_KEYS = (
     "x-kubernetes-validations",
 )
 _DROPPED_KEYS = {"title", "$defs"}
+_EXACT_FLOAT_INT = 2**53  # the largest integers a float64 holds exactly
 
 
 def _ordered(node: Schema) -> Schema:
@@ -164,6 +165,12 @@ def _structural(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
     if "exclusiveMaximum" in node:
         node["maximum"] = node.pop("exclusiveMaximum")
         node["exclusiveMaximum"] = True
+    for bound in ("minimum", "maximum"):
+        # The API server reads a bound as a float64 and refuses every object of the kind
+        # when an integer field's bound is not an exact int64 (2^63 - 1 reads as 2^63): the
+        # 64-bit bounds stay with the control plane, which refuses such values by name.
+        if node.get("type") == "integer" and abs(node.get(bound, 0)) > _EXACT_FLOAT_INT:
+            del node[bound]
     if "properties" in node:
         node["properties"] = {k: _structural(v, defs) for k, v in node["properties"].items()}
     if "items" in node:

@@ -239,3 +239,24 @@ def test_every_cel_rule_is_attached_to_a_model() -> None:
     ]
     # CheckpointRef: TrainingRun initFrom, RolloutJob policy.checkpoint, EvalJob checkpoint
     assert rules.count("has(self.id) != has(self.run)") == 3
+
+
+def test_every_integer_bound_is_one_the_api_server_reads_exactly() -> None:
+    """It reads bounds as float64: 2^63 - 1 becomes 2^63, which is no int64, and then every
+    object of the kind is refused ("Maximum boundary value must be of type integer")."""
+
+    def bounds(node: Any) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, dict):
+            for key in ("minimum", "maximum"):
+                if node.get("type") == "integer" and key in node:
+                    yield key, node[key]
+            for value in node.values():
+                yield from bounds(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from bounds(value)
+
+    for kind in crds.KINDS:
+        found = list(bounds(root_schema(kind)))
+        assert found, kind
+        assert all(abs(value) <= 2**53 for _, value in found), (kind, found)
