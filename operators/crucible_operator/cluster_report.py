@@ -55,6 +55,8 @@ def build_report(
             phase=_shown_phase(pod),
             node=pod.node,
             gpus=pod.demand.gpus,
+            image=pod.image,
+            image_id=pod.image_id,
         )
         for uid, store in pods.items()
         for pod in store

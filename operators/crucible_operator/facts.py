@@ -74,6 +74,9 @@ class PodFacts:
     terminations: tuple[Termination, ...] = ()
     # (reason, message) of each container still waiting to start (ErrImagePull, ...)
     waiting: tuple[tuple[str, str], ...] = ()
+    # The workload container's image, and the digest the kubelet resolved it to.
+    image: str | None = None
+    image_id: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -98,7 +101,10 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
     labels = meta.get("labels") or {}
     terminations = []
     waiting = []
+    image = image_id = None
     for cs in status.get("containerStatuses") or []:
+        if cs.get("name") == naming.WORKLOAD_CONTAINER:
+            image, image_id = cs.get("image") or None, cs.get("imageID") or None
         if (state := (cs.get("state") or {}).get("waiting")) is not None:
             waiting.append((state.get("reason") or "", (state.get("message") or "").strip()))
         terminated = (cs.get("state") or {}).get("terminated")
@@ -130,6 +136,8 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
         status_message=status.get("message") or "",
         terminations=tuple(terminations),
         waiting=tuple(waiting),
+        image=image,
+        image_id=image_id,
     )
 
 

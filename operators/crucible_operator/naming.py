@@ -26,6 +26,9 @@ GANG_GATE = "crucible.dev/gang"
 FINALIZER = "crucible.dev/finalizer"
 FIELD_MANAGER = "crucible-operator"
 
+# The container that runs the workload in each pod (its status carries the image digest).
+WORKLOAD_CONTAINER = "workload"
+
 # Kubernetes expands $(VAR) in a container's command and args from its env.
 TORCHRUN_PORT = 29500
 

@@ -254,9 +254,10 @@ def build_pods(
             },
             "containers": [
                 {
-                    "name": "workload",
+                    "name": naming.WORKLOAD_CONTAINER,
                     "image": spec.get("image") or options.default_image,
                     "command": _command(kind, spec, sh, rank, master),
+                    **({"workingDir": spec["workingDir"]} if spec.get("workingDir") else {}),
                     **container_env,
                     "resources": _resources(spec, sh.gpus_per_pod),
                     "volumeMounts": mounts,

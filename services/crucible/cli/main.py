@@ -13,10 +13,13 @@ from rich.markup import escape
 
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
-from crucible.client import ApiError, CrucibleClient
+from crucible.client import ApiError, CrucibleClient, provenance
+from crucible.client.reproduce import REPRODUCES_TAG, reproduction, reproduction_name
 from crucible.domain.enums import Backend, Phase, Role, RunKind
 from crucible.domain.errors import CrucibleError
-from crucible.schemas.runs import RunSubmit
+from crucible.domain.specs import WorkloadSpec
+from crucible.schemas.provenance import CodeSource
+from crucible.schemas.runs import AttemptPublic, RunPublic, RunSubmit
 from crucible.schemas.tenancy import TokenCreate
 from crucible.settings import DEFAULT_PROJECT, load_settings
 
@@ -393,22 +396,37 @@ def submit(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     project: ProjectOpt = DEFAULT_PROJECT,
     backend: Annotated[Backend, typer.Option(help="local or kubernetes.")] = Backend.local,
+    code_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="Directory of the run's code, whose git state is recorded; default: the "
+            "spec's workingDir, else the current directory (the crucible package for runs "
+            "without a command).",
+        ),
+    ] = None,
 ) -> None:
-    """Submit the TrainingRun / RolloutJob / EvalJob documents of a YAML file (as for kubectl)."""
+    """Submit the TrainingRun / RolloutJob / EvalJob documents of a YAML file (as for kubectl),
+    recording where each run's code came from."""
     documents = [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
     if not documents:
         raise CrucibleError(f"{file} holds no YAML documents")
     # Validate every document before submitting any, so a bad file submits nothing.
     requests = []
+    captured: dict[Path, CodeSource] = {}
     for index, document in enumerate(documents):
         try:
-            requests.append(RunSubmit(project=project, manifest=document, backend=backend))
+            request = RunSubmit(project=project, manifest=document, backend=backend)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"][1:])
             raise CrucibleError(
                 f"{file} document {index + 1}: {where}: {first['msg']} (got {first.get('input')!r})"
             ) from exc
+        directory = code_directory(request.manifest.spec, code_dir)
+        if directory not in captured:
+            captured[directory] = provenance.capture(directory)
+        requests.append(request.model_copy(update={"code": captured[directory]}))
     with client() as api:
         for request in requests:
             run = api.submit_run(request)
@@ -461,9 +479,10 @@ def runs_show(run_id: int) -> None:
     console.print(f"[bold]{run.name}[/bold] (run {run.id}, {run.kind}, {run.backend})")
     console.print(f"phase: {run.phase}  reason: {run.reason}  {run.message}")
     console.print(f"gpus: {run.gpus}  step: {run.latest_step}  spec: {run.spec_digest}")
+    console.print(f"code: {describe_code(run)}", highlight=False)
     table(
         "attempts",
-        ["#", "WHY", "RESUMED FROM", "END", "EXIT", "STARTED"],
+        ["#", "WHY", "RESUMED FROM", "END", "EXIT", "STARTED", "RAN"],
         [
             (
                 a.number,
@@ -472,6 +491,7 @@ def runs_show(run_id: int) -> None:
                 a.end_reason,
                 a.exit_code,
                 a.started_at,
+                describe_attempt_code(a),
             )
             for a in attempts
         ],
@@ -484,6 +504,92 @@ def runs_show(run_id: int) -> None:
             for e in events[-20:]
         ],
     )
+
+
+@runs_app.command("reproduce")
+@friendly_errors
+def runs_reproduce(
+    run_id: int,
+    code_dir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="A checkout of the run's code, if not where it was submitted from.",
+        ),
+    ] = None,
+) -> None:
+    """Run a run again exactly: its resolved spec, the input versions it read, and its code
+    (the image digest its pods ran, or the same git state of its code's directory).
+    Refuses, naming what differs, when that code is not to be had."""
+    with client() as api:
+        run = api.get_run(run_id)
+        attempts = api.list_attempts(run_id)
+        project = api.get_project(run.project_id).name
+        current = None
+        if run.backend == Backend.local.value and run.code is not None:
+            directory = code_dir or reproduced_code_directory(run)
+            current = provenance.capture(directory) if directory.is_dir() else None
+        earlier = api.list_runs(project=project, tag=f"{REPRODUCES_TAG}={run.id}", limit=1000)
+        number = len(earlier.items) + 1
+        request = reproduction(
+            run,
+            attempts,
+            project=project,
+            name=reproduction_name(run.name, number),
+            current_code=current,
+        )
+        pinned = request.manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for checkpoint_id in pinned_checkpoints(pinned["spec"]):
+            if api.get_checkpoint(checkpoint_id).deleted_at is not None:
+                raise CrucibleError(
+                    f"checkpoint {checkpoint_id}, which run {run.id} read, was deleted by "
+                    "retention; the run cannot be reproduced"
+                )
+        new = api.submit_run(request)
+    console.print(f"run {run.id} reproduced as run {new.id} {new.name} ({new.phase})")
+
+
+def describe_code(run: RunPublic) -> str:
+    if run.code is None:
+        return run.code_ref or "not recorded"
+    git = run.code.git
+    where = "not in git" if git is None else f"commit {git.commit} of {git.top}"
+    if git is not None and git.dirty:
+        where += f" with uncommitted changes {git.diff_digest}"
+    packages = ", ".join(f"{k} {v}" for k, v in sorted(run.code.packages.items()))
+    return f"{run.code.directory}: {where}" + (f" ({packages})" if packages else "")
+
+
+def describe_attempt_code(attempt: AttemptPublic) -> str:
+    parts = [attempt.image_id or ""] if attempt.image_id else []
+    if attempt.packages:
+        parts.append(" ".join(f"{k}={v}" for k, v in sorted(attempt.packages.items())))
+    return "; ".join(parts)
+
+
+def code_directory(spec: WorkloadSpec, code_dir: Path | None) -> Path:
+    """Where a run's code comes from: the reference workloads are the crucible package."""
+    if not spec.command:
+        return provenance.reference_code_directory()
+    if code_dir is not None:
+        return code_dir
+    return Path(spec.working_dir) if spec.working_dir else Path.cwd()
+
+
+def reproduced_code_directory(run: RunPublic) -> Path:
+    if not run.manifest["spec"].get("command"):
+        return provenance.reference_code_directory()
+    assert run.code is not None
+    return Path(run.code.directory)
+
+
+def pinned_checkpoints(spec: dict[str, Any]) -> list[int]:
+    refs = [
+        spec.get("initFrom"),
+        (spec.get("policy") or {}).get("checkpoint"),
+        spec.get("checkpoint"),
+    ]
+    return [int(ref["id"]) for ref in refs if isinstance(ref, dict) and ref.get("id")]
 
 
 @runs_app.command("cancel")

@@ -27,6 +27,7 @@ from crucible.schemas.lineage import (
     RunInputPublic,
 )
 from crucible.schemas.metrics import IngestResult, MetricPointIn
+from crucible.schemas.provenance import AttemptEnvironment
 from crucible.schemas.runs import (
     AttemptEnd,
     AttemptHeartbeat,
@@ -213,6 +214,13 @@ class CrucibleClient:
 
     def end_attempt(self, run_id: int, number: int, attempt_in: AttemptEnd) -> AttemptPublic:
         return self._post(f"/api/v1/runs/{run_id}/attempts/{number}/end", attempt_in, AttemptPublic)
+
+    def report_environment(
+        self, run_id: int, number: int, environment: AttemptEnvironment
+    ) -> AttemptPublic:
+        content = orjson.dumps(environment.model_dump(mode="json"))
+        path = f"/api/v1/runs/{run_id}/attempts/{number}/environment"
+        return AttemptPublic.model_validate(self.request("PUT", path, content=content))
 
     def list_attempts(self, run_id: int) -> list[AttemptPublic]:
         return self._get(f"/api/v1/runs/{run_id}/attempts", list[AttemptPublic])

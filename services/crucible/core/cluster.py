@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
 from crucible.core.runs import load_run
-from crucible.db.tables import ClusterNode, Run, RunPod
+from crucible.db.tables import Attempt, ClusterNode, Run, RunPod
 from crucible.db.types import utcnow
 from crucible.domain.enums import Phase, Role
 from crucible.schemas.cluster import (
@@ -60,9 +60,10 @@ def record_report(
                 for node in report.nodes
             ],
         )
+    _record_images(session, report, run_ids)
     pods = [
         {
-            **pod.model_dump(exclude={"run_id", "run_uid"}),
+            **pod.model_dump(exclude={"run_id", "run_uid", "image", "image_id"}),
             "run_id": run_ids[i],
             "cluster": cluster,
             "reported_at": now,
@@ -78,6 +79,25 @@ def record_report(
         pods=len(pods),
         unknown_runs=len(report.pods) - len(pods),
     )
+
+
+def _record_images(session: Session, report: ClusterReport, run_ids: list[int | None]) -> None:
+    """Keep on each attempt the image digest its first pod ran: pods go, and a tag can move,
+    but what ran is part of the run's provenance. Set once, by the first report showing it."""
+    seen: dict[tuple[int, int], tuple[str | None, str]] = {}
+    for run_id, pod in zip(run_ids, report.pods, strict=True):
+        if run_id is not None and pod.image_id and pod.rank == 0:
+            seen.setdefault((run_id, pod.attempt), (pod.image, pod.image_id))
+    if not seen:
+        return
+    for chunk in _chunks(sorted({run_id for run_id, _ in seen})):
+        unset = session.scalars(
+            select(Attempt).where(Attempt.run_id.in_(chunk), Attempt.image_id.is_(None))
+        )
+        for attempt in unset:
+            if (found := seen.get((attempt.run_id, attempt.number))) is not None:
+                attempt.image, attempt.image_id = found
+    session.flush()
 
 
 def _resolve_runs(session: Session, report: ClusterReport) -> list[int | None]:

@@ -26,6 +26,7 @@ from crucible.domain.specs import (
     TrainingRunManifest,
 )
 from crucible.schemas.common import Page
+from crucible.schemas.provenance import AttemptEnvironment, CodeSource
 from crucible.schemas.runs import (
     AttemptEnd,
     AttemptHeartbeat,
@@ -114,7 +115,8 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         reason=reasons.REASON_SUBMITTED,
         manifest=manifest_json,
         spec_digest=digest,
-        code_ref=run_in.code_ref,
+        code_ref=run_in.code_ref or code_ref_of(run_in.code),
+        code=run_in.code.model_dump(mode="json") if run_in.code is not None else None,
         tags=run_in.tags,
         gpus=gpus_of(manifest),
         k8s_namespace=project.namespace if is_k8s else None,
@@ -137,6 +139,13 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         payload={"run_id": run.id, "backend": run.backend},
     )
     return RunPublic.model_validate(run)
+
+
+def code_ref_of(code: CodeSource | None) -> str:
+    """The short name shown where there is no room for the whole record."""
+    if code is None or code.git is None:
+        return ""
+    return code.git.commit[:12] + ("-dirty" if code.git.dirty else "")
 
 
 def require_project_namespace(project: Project, namespace: str | None) -> None:
@@ -434,6 +443,26 @@ def heartbeat(
             "a process still sending its heartbeats should stop"
         )
     attempt.heartbeat_at = datetime.now(UTC)
+    session.flush()
+    return AttemptPublic.model_validate(attempt)
+
+
+def report_environment(
+    *,
+    session: Session,
+    principal: Principal,
+    run_id: int,
+    number: int,
+    environment: AttemptEnvironment,
+) -> AttemptPublic:
+    """Record what the attempt's workload runs on. A repeated report replaces the last."""
+    run = load_run(session, principal, run_id, Role.editor)
+    attempt = session.scalar(
+        select(Attempt).where(Attempt.run_id == run.id, Attempt.number == number)
+    )
+    if attempt is None:
+        raise NotFound("attempt", f"{run_id}/{number}")
+    attempt.packages = dict(environment.packages)
     session.flush()
     return AttemptPublic.model_validate(attempt)
 

@@ -230,6 +230,16 @@ class WorkloadSpec(SpecModel):
     args: Annotated[list[str], Field(description="Arguments appended to the command.")] = Field(
         default_factory=list
     )
+    working_dir: Annotated[
+        str | None,
+        Field(
+            pattern=r"^/[^\x00-\x1f\x7f]*$",
+            max_length=1024,
+            description="Absolute directory the command runs in: the container's workingDir "
+            "(kubernetes), the process's (local). Default: the image's (kubernetes), "
+            "CRUCIBLE_HOME (local).",
+        ),
+    ] = None
     env: Annotated[
         list[EnvVar], Field(description="Extra environment variables for the workload.")
     ] = Field(default_factory=list)

@@ -45,6 +45,12 @@ def build_command(run: RunPublic) -> list[str]:
     ]
 
 
+def working_dir(run: RunPublic) -> str | None:
+    """The spec's workingDir: where the user's code is (the executor's home otherwise)."""
+    directory = run.manifest.get("spec", {}).get("workingDir")
+    return str(directory) if directory else None
+
+
 def build_env(
     run: RunPublic,
     *,

@@ -20,7 +20,7 @@ from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Backend, Phase
 from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.gpus import GpuPool
-from crucible.executor.launch import build_command, build_env, read_termination_message
+from crucible.executor.launch import build_command, build_env, read_termination_message, working_dir
 from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ class LocalExecutor:
                 stdin=subprocess.DEVNULL,
                 # Its own process group, so signals reach torchrun's children too.
                 start_new_session=True,
-                cwd=self._home,
+                cwd=working_dir(run) or self._home,
             )
         except OSError as exc:
             log_file.close()

@@ -8,12 +8,13 @@ from pydantic import Field, field_validator
 
 from crucible.domain.enums import Backend, Phase, RunKind
 from crucible.domain.json_values import MAX_INT32, MAX_INT64
-from crucible.schemas.common import ApiModel, Id, PublicModel
+from crucible.schemas.common import PLAIN_NAME, ApiModel, Id, PublicModel
 
 MAX_NODES = 20_000
 MAX_PODS = 100_000
 Count = Annotated[int, Field(ge=0, le=MAX_INT32)]
 KubeName = Annotated[str, Field(min_length=1, max_length=253)]
+ImageRef = Annotated[str, Field(min_length=1, max_length=512, pattern=PLAIN_NAME)]
 
 
 class NodeReport(ApiModel):
@@ -40,6 +41,10 @@ class PodReport(ApiModel):
     gpus: Count = 0
     gpu_devices: str = Field(default="", max_length=200, description="e.g. `0,1`, if known.")
     pid: Annotated[int, Field(ge=1, le=MAX_INT64)] | None = None
+    image: ImageRef | None = Field(default=None, description="The image the pod asked for.")
+    image_id: ImageRef | None = Field(
+        default=None, description="The digest its container runs, once the kubelet pulled it."
+    )
 
 
 class ClusterReport(ApiModel):

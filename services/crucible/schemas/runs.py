@@ -7,6 +7,7 @@ from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
 from crucible.domain.json_values import MAX_INT32
 from crucible.domain.specs import Manifest
 from crucible.schemas.common import ApiModel, Id, Int32, PublicModel, Tags
+from crucible.schemas.provenance import CodeSource
 
 
 class RunSubmit(ApiModel):
@@ -14,7 +15,14 @@ class RunSubmit(ApiModel):
     manifest: Manifest = Field(description="A TrainingRun, RolloutJob or EvalJob, as for kubectl.")
     backend: Backend = Backend.local
     tags: Tags = Field(default_factory=dict)
-    code_ref: str = Field(default="", max_length=300, description="Image digest or git commit.")
+    code_ref: str = Field(
+        default="",
+        max_length=300,
+        description="A short name for the code (commit, tag); default: from `code`.",
+    )
+    code: CodeSource | None = Field(
+        default=None, description="Where the run's code came from; `crucible submit` sets it."
+    )
     k8s_uid: str | None = Field(
         default=None, max_length=64, description="Set by the operator for kubectl-applied runs."
     )
@@ -33,6 +41,7 @@ class RunPublic(PublicModel):
     manifest: dict[str, Any]
     spec_digest: str
     code_ref: str
+    code: CodeSource | None
     tags: dict[str, str]
     gpus: int
     k8s_namespace: str | None
@@ -89,6 +98,14 @@ class AttemptPublic(PublicModel):
     ended_at: datetime | None
     heartbeat_at: datetime | None = Field(
         description="Last heartbeat from the workload; stale while running means it may hang."
+    )
+    image: str | None = Field(description="The image its first pod ran (Kubernetes).")
+    image_id: str | None = Field(
+        description="That image's digest as the kubelet resolved it (`imageID` in the pod "
+        "status): what ran, whatever the tag points to now."
+    )
+    packages: dict[str, str] | None = Field(
+        description="Package versions the workload reported when it started."
     )
 
 

@@ -4,16 +4,28 @@ import logging
 import threading
 
 from crucible.client import ApiError, CrucibleClient
+from crucible.schemas.provenance import AttemptEnvironment
 
 log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    def __init__(self, client: CrucibleClient, run_id: int, attempt: int, interval: float) -> None:
+    """Beats every `interval` seconds; the first beats also carry what the workload runs on
+    (`environment`) until the API has it, so provenance costs the training loop nothing."""
+
+    def __init__(
+        self,
+        client: CrucibleClient,
+        run_id: int,
+        attempt: int,
+        interval: float,
+        environment: AttemptEnvironment | None = None,
+    ) -> None:
         self._client = client
         self._run_id = run_id
         self._attempt = attempt
         self._interval = interval
+        self._environment = environment
         self._stopped = threading.Event()
         self._warned = False
         self.beats = 0
@@ -23,6 +35,9 @@ class Heartbeat:
     def _run(self) -> None:
         while True:
             try:
+                if self._environment is not None:
+                    self._client.report_environment(self._run_id, self._attempt, self._environment)
+                    self._environment = None
                 self._client.heartbeat(self._run_id, self._attempt)
                 self.beats += 1
             except ApiError as exc:

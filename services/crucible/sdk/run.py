@@ -26,6 +26,7 @@ from crucible.sdk import datasets, distributed
 from crucible.sdk.checkpoint import Checkpointer
 from crucible.sdk.config import RunEnvironment
 from crucible.sdk.datasets import InputDataset
+from crucible.sdk.environment import current_environment
 from crucible.sdk.heartbeat import Heartbeat
 from crucible.sdk.metrics import MetricShipper
 from crucible.sdk.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag
@@ -87,6 +88,7 @@ class Run:
                     run_id,
                     attempt,
                     heartbeat_interval,
+                    environment=current_environment(),
                 )
         self._preemption = PreemptionFlag()
         if catch_sigterm:

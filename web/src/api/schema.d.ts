@@ -454,6 +454,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/attempts/{number}/environment": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Report Environment
+         * @description What the attempt's workload runs on (package versions), reported when it starts.
+         */
+        put: operations["reportEnvironment"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/cancel": {
         parameters: {
             query?: never;
@@ -882,6 +902,19 @@ export interface components {
              */
             message: string;
         };
+        /**
+         * AttemptEnvironment
+         * @description What the workload of an attempt runs on, as it reports it when it starts.
+         */
+        AttemptEnvironment: {
+            /**
+             * Packages
+             * @description Versions of the packages it imported that matter for its results (python, crucible, torch, its own package, ...).
+             */
+            packages: {
+                [key: string]: string;
+            };
+        };
         /** AttemptGoodput */
         AttemptGoodput: {
             /**
@@ -934,10 +967,27 @@ export interface components {
             heartbeat_at: string | null;
             /** Id */
             id: number;
+            /**
+             * Image
+             * @description The image its first pod ran (Kubernetes).
+             */
+            image: string | null;
+            /**
+             * Image Id
+             * @description That image's digest as the kubelet resolved it (`imageID` in the pod status): what ran, whatever the tag points to now.
+             */
+            image_id: string | null;
             /** Message */
             message: string;
             /** Number */
             number: number;
+            /**
+             * Packages
+             * @description Package versions the workload reported when it started.
+             */
+            packages: {
+                [key: string]: string;
+            } | null;
             /** Resumed From Checkpoint Id */
             resumed_from_checkpoint_id: number | null;
             /** Run Id */
@@ -1171,6 +1221,26 @@ export interface components {
             waiting: components["schemas"]["WaitingRun"][];
         };
         /**
+         * CodeSource
+         * @description Recorded at submission by `crucible submit` (or any client that sets it).
+         */
+        CodeSource: {
+            /**
+             * Directory
+             * @description The directory the run's code came from.
+             */
+            directory: string;
+            /** @description Its git state; null when it is not in a git work tree. */
+            git?: components["schemas"]["GitState"] | null;
+            /**
+             * Packages
+             * @description Versions installed where it was submitted (crucible's, at least).
+             */
+            packages?: {
+                [key: string]: string;
+            };
+        };
+        /**
          * DatasetInput
          * @description A dataset the run reads: a pinned or latest version, or whatever a run produces.
          */
@@ -1390,6 +1460,11 @@ export interface components {
              * @description Eval suite name.
              */
             suite: string;
+            /**
+             * Workingdir
+             * @description Absolute directory the command runs in: the container's workingDir (kubernetes), the process's (local). Default: the image's (kubernetes), CRUCIBLE_HOME (local).
+             */
+            workingDir?: string | null;
         };
         /**
          * EvalPolicy
@@ -1560,6 +1635,29 @@ export interface components {
             tags?: {
                 [key: string]: string;
             } | null;
+        };
+        /** GitState */
+        GitState: {
+            /**
+             * Commit
+             * @description The work tree's HEAD commit.
+             */
+            commit: string;
+            /**
+             * Diff Digest
+             * @description sha256 of the differences from the commit (tracked and untracked files git does not ignore, as `git diff --binary` prints them); null when clean. Only the digest is kept: the diff itself may hold what must not leave the machine.
+             */
+            diff_digest?: string | null;
+            /**
+             * Dirty
+             * @description Whether anything differed from that commit.
+             */
+            dirty: boolean;
+            /**
+             * Top
+             * @description The work tree's top directory on the submitting machine.
+             */
+            top: string;
         };
         /** HTTPValidationError */
         HTTPValidationError: {
@@ -1925,6 +2023,16 @@ export interface components {
              * @default 0
              */
             gpus: number;
+            /**
+             * Image
+             * @description The image the pod asked for.
+             */
+            image?: string | null;
+            /**
+             * Image Id
+             * @description The digest its container runs, once the kubelet pulled it.
+             */
+            image_id?: string | null;
             /** Name */
             name: string;
             /**
@@ -2177,6 +2285,11 @@ export interface components {
             sampling?: components["schemas"]["SamplingSpec"];
             /** @description Placement and priority passed through to the pods. */
             scheduling?: components["schemas"]["Scheduling"];
+            /**
+             * Workingdir
+             * @description Absolute directory the command runs in: the container's workingDir (kubernetes), the process's (local). Default: the image's (kubernetes), CRUCIBLE_HOME (local).
+             */
+            workingDir?: string | null;
         };
         /** RunEventPublic */
         RunEventPublic: {
@@ -2300,6 +2413,7 @@ export interface components {
             /** Attempt Count */
             attempt_count: number;
             backend: components["schemas"]["Backend"];
+            code: components["schemas"]["CodeSource"] | null;
             /** Code Ref */
             code_ref: string;
             /**
@@ -2374,9 +2488,11 @@ export interface components {
         RunSubmit: {
             /** @default local */
             backend: components["schemas"]["Backend"];
+            /** @description Where the run's code came from; `crucible submit` sets it. */
+            code?: components["schemas"]["CodeSource"] | null;
             /**
              * Code Ref
-             * @description Image digest or git commit.
+             * @description A short name for the code (commit, tag); default: from `code`.
              * @default
              */
             code_ref: string;
@@ -2675,6 +2791,11 @@ export interface components {
             resources?: components["schemas"]["Resources"];
             /** @description Placement and priority passed through to the pods. */
             scheduling?: components["schemas"]["Scheduling"];
+            /**
+             * Workingdir
+             * @description Absolute directory the command runs in: the container's workingDir (kubernetes), the process's (local). Default: the image's (kubernetes), CRUCIBLE_HOME (local).
+             */
+            workingDir?: string | null;
         };
         /** ValidationError */
         ValidationError: {
@@ -3772,6 +3893,44 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["AttemptEnd"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AttemptPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    reportEnvironment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Attempt number. */
+                number: number;
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AttemptEnvironment"];
             };
         };
         responses: {

@@ -17,6 +17,9 @@ function attempt(number: number, start: string, end: string | null, endReason: s
     started_at: start,
     ended_at: end,
     heartbeat_at: null,
+    image: null,
+    image_id: null,
+    packages: null,
   };
 }
 

@@ -6,6 +6,7 @@ import { useExperiment, useProject } from '../api/queries';
 import { useRunEvents } from '../api/useRunEvents';
 import { AttemptTimeline } from '../components/AttemptTimeline';
 import { CheckpointsTable } from '../components/CheckpointsTable';
+import { CodeProvenance } from '../components/CodeProvenance';
 import { GoodputSummary } from '../components/GoodputSummary';
 import { LogTail } from '../components/LogTail';
 import { MetricChart } from '../components/MetricChart';
@@ -234,9 +235,9 @@ export function Run({ id }: { id: number }) {
           <dd>
             <code>{r.spec_digest}</code>
           </dd>
-          <dt>Code</dt>
-          <dd>{r.code_ref ? <code>{r.code_ref}</code> : '—'}</dd>
         </dl>
+        <h3>Code</h3>
+        <CodeProvenance run={r} attempts={attempts.data ?? []} />
         <pre className="yaml" aria-label="Spec as YAML" tabIndex={0}>
           {toYaml(r.manifest)}
         </pre>

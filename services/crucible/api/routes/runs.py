@@ -12,6 +12,7 @@ from crucible.domain.enums import Phase, RunKind
 from crucible.domain.json_values import MAX_INT64
 from crucible.schemas.common import Moment, Page
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
+from crucible.schemas.provenance import AttemptEnvironment
 from crucible.schemas.runs import (
     AttemptEnd,
     AttemptHeartbeat,
@@ -154,6 +155,21 @@ def end_attempt(
     with uow() as session:
         return runs.end_attempt(
             session=session, principal=principal, run_id=run_id, number=number, attempt_in=body
+        )
+
+
+@router.put("/runs/{run_id}/attempts/{number}/environment", operation_id="reportEnvironment")
+def report_environment(
+    run_id: PathId,
+    number: PathNumber,
+    body: AttemptEnvironment,
+    uow: Uow,
+    principal: CurrentPrincipal,
+) -> AttemptPublic:
+    """What the attempt's workload runs on (package versions), reported when it starts."""
+    with uow() as session:
+        return runs.report_environment(
+            session=session, principal=principal, run_id=run_id, number=number, environment=body
         )
 
 

@@ -33,6 +33,8 @@ class Run(Base):
     manifest: Mapped[dict[str, Any]] = mapped_column(Json)
     spec_digest: Mapped[str] = mapped_column(String(80))
     code_ref: Mapped[str] = mapped_column(String(300), default="")
+    # Where the code came from at submission (schemas.provenance.CodeSource).
+    code: Mapped[dict[str, Any] | None] = mapped_column(Json)
     tags: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     k8s_namespace: Mapped[str | None] = mapped_column(String(63))
@@ -74,6 +76,11 @@ class Attempt(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     # Set by the workload's SDK every few seconds; a stale one means a hung process.
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # What ran: the image of the first pod seen running it and the digest the kubelet
+    # resolved (set once; a tag may move later), and the packages the workload reported.
+    image: Mapped[str | None] = mapped_column(String(512))
+    image_id: Mapped[str | None] = mapped_column(String(512))
+    packages: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
 
 class RunEvent(Base):
