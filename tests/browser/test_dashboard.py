@@ -56,18 +56,31 @@ def _seed(server: LocalServer) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {server.token}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
 
-        def submit(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        def submit(
+            kind: str, name: str, spec: dict[str, Any], code: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
             manifest = {
                 "apiVersion": "crucible.dev/v1alpha1",
                 "kind": kind,
                 "metadata": {"name": name},
                 "spec": {"experiment": "arithmetic", **spec},
             }
-            body = {"project": "default", "manifest": manifest}
+            body = {"project": "default", "manifest": manifest, "code": code}
             result: dict[str, Any] = _call(client, "POST", "/runs", json=body)
             return result
 
-        run = submit("TrainingRun", "arith-sft", {"gpusPerNode": 2, "config": {"steps": STEPS}})
+        code = {
+            "directory": "/home/researcher/arith",
+            "packages": {"crucible": "0.1.0"},
+            "git": {
+                "commit": "c0ffee" * 6 + "c0ff",
+                "dirty": True,
+                "diff_digest": "sha256:" + "5" * 64,
+                "top": "/home/researcher/arith",
+            },
+        }
+        spec = {"gpusPerNode": 2, "config": {"steps": STEPS}}
+        run = submit("TrainingRun", "arith-sft", spec, code)
         eval_run = submit(
             "EvalJob", "arith-sft-eval", {"checkpoint": {"run": "arith-sft"}, "suite": "heldout"}
         )
@@ -120,6 +133,8 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         phase("Recovering")
         phase("Scheduling")
         _call(client, "POST", f"/runs/{rid}/attempts", json={"reason": "preemption"})
+        packages = {"packages": {"python": "3.11.2", "torch": "2.9.1"}}
+        _call(client, "PUT", f"/runs/{rid}/attempts/2/environment", json=packages)
         phase("Running")
         log(250, STEPS)
         checkpoint(500, 2, 0.798)

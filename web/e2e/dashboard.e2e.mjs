@@ -204,6 +204,12 @@ try {
     (await page.getByLabel('Spec as YAML').innerText()).includes('gpusPerNode: 2'),
     'the spec is shown as YAML',
   );
+  const provenance = await page.getByLabel('Code provenance').innerText();
+  check(
+    provenance.includes('c0ffee'.repeat(6) + 'c0ff') && provenance.includes('sha256:' + '5'.repeat(64)),
+    'the run shows the commit and the digest of the uncommitted changes it was submitted with',
+  );
+  check(provenance.includes('Attempt 2 ran') && provenance.includes('torch 2.9.1'), 'an attempt shows the packages it ran');
   const pods = page.getByRole('table', { name: 'Pods' });
   await pods.waitFor();
   const podText = await pods.innerText();

@@ -43,6 +43,7 @@ def on_checkpoint_registered(session: Session, *, checkpoint_id: int) -> list[in
                     "manifest": eval_manifest(run, manifest, checkpoint, policy),
                     "backend": Backend(run.backend),
                     "code_ref": run.code_ref,
+                    "code": run.code,  # the training run's code scores its checkpoints
                     "tags": {
                         EVALUATES_RUN_TAG: str(run.id),
                         CHECKPOINT_TAG: str(checkpoint.id),

@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from crucible.client import ApiError, CrucibleClient
+from crucible.client import ApiError, CrucibleClient, provenance
 from crucible.demo.loop import LoopSize, loop_manifests, run_names
 from crucible.domain.enums import Phase, RunKind
 from crucible.domain.errors import CrucibleError
@@ -60,13 +60,17 @@ def _submit(
     """Submit the loop under `experiment`, or `experiment-2`, `-3`... when runs of those names
     already exist with other specs (a demo of an older version). The same specs again return
     the runs already there, so a finished demo is shown again rather than rerun."""
+    # The loop runs the reference workloads: their code is the installed crucible package.
+    code = provenance.capture(provenance.reference_code_directory()).model_dump(mode="json")
     for attempt in range(1, 100):
         name = experiment if attempt == 1 else f"{experiment}-{attempt}"
         submitted = {}
         try:
             for stage, manifest in zip(run_names(name), loop_manifests(name, size), strict=True):
                 submitted[stage] = client.submit_run(
-                    RunSubmit.model_validate({"project": project, "manifest": manifest})
+                    RunSubmit.model_validate(
+                        {"project": project, "manifest": manifest, "code": code}
+                    )
                 )
         except ApiError as exc:
             if exc.status != 409:
