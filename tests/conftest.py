@@ -29,6 +29,13 @@ ADMIN_TOKEN = "cru_test-admin-token"
 DEFAULT_PG_URL = "postgresql+psycopg://crucible:crucible@127.0.0.1:15432/crucible_test"
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # A test taking `s3` uses the shared S3 server: marked, so that `-m "not objectstore"`
+    # leaves it out and scripts/test (tests/needs.py) starts the server for it.
+    if "s3" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.objectstore)
+
+
 def postgres_url() -> str:
     return os.environ.get("CRUCIBLE_TEST_DATABASE_URL", DEFAULT_PG_URL)
 

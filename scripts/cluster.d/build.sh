@@ -25,12 +25,10 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 log() { printf '[cluster build] %s\n' "$*" >&2; }
 die() { printf '[cluster build] ERROR: %s\n' "$*" >&2; exit 1; }
 
-command -v go >/dev/null 2>&1 || die "go is not on PATH (need Go >= 1.26; see docs/cluster.md)"
+# shellcheck source=../lib/prereqs.sh
+source "$here/../lib/prereqs.sh"
+require check_go
 go_version="$(go env GOVERSION)"
-case "$go_version" in
-  go1.2[6-9]*|go1.[3-9]*) ;;
-  *) die "need Go >= 1.26 for ${K8S_VERSION} (found ${go_version}); GOTOOLCHAIN=local forbids downloading one" ;;
-esac
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${go_version}_r${BUILD_REV}"
 # Binaries added later (kubelet, coredns) are built into the same folder when

@@ -82,6 +82,7 @@ def test_a_right_sign_in_code_works_from_a_limited_address(
     assert redeemed.status_code == 200, redeemed.text
 
 
+@pytest.mark.timeout(420)  # past its own waits: two servers' starts
 def test_forwarded_for_names_the_client_only_behind_a_trusted_proxy(tmp_path: Path) -> None:
     """`crucible server` as deployed, over TCP: X-Forwarded-For from an untrusted peer (here
     127.0.0.1, which uvicorn alone would believe) changes nothing, so rotating it does not

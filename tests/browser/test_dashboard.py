@@ -210,6 +210,8 @@ def _vite_preview(dist: Path, api_url: str, log: Path) -> Iterator[str]:
             process.kill()
 
 
+# Past its own waits: the build, the server's start, the browser's script.
+@pytest.mark.timeout(660)
 def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
     _require_tools()
     dist = tmp_path / "dist"

@@ -4,11 +4,14 @@ evaluated, and the final checkpoint's lineage reaches back to the teacher's data
 
 from pathlib import Path
 
+import pytest
+
 from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase, RunKind
 from tests.servers import crucible, local_server
 
 
+@pytest.mark.timeout(840)  # past its own waits: the server's start, the demo
 def test_quick_demo_loop_runs_and_is_traced(tmp_path: Path) -> None:
     with local_server(tmp_path, command="up") as server:
         demo = crucible(server.env, "demo", "--quick", timeout=600)

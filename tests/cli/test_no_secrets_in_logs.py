@@ -42,6 +42,7 @@ SECRET_STORES = {"token", "signin-code", "workload-token"}
 pytestmark = pytest.mark.slow  # a real workload: torch's import dominates
 
 
+@pytest.mark.timeout(480)  # past its own waits: the server's start, the run
 def test_a_full_embedded_run_leaves_no_secret_in_any_log(tmp_path: Path) -> None:
     manifest = tmp_path / "run.yaml"
     manifest.write_text(WORKLOAD.replace("PYTHON", sys.executable))

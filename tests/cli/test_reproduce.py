@@ -79,7 +79,7 @@ def run_named(client: httpx.Client, name: str) -> dict[str, Any]:
     return run
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(960)
 def test_a_reproduced_run_reads_the_same_versions_and_logs_the_same_losses(
     tmp_path: Path,
 ) -> None:
@@ -128,7 +128,7 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(720)
 def test_reproduce_refuses_code_that_is_not_the_runs(tmp_path: Path) -> None:
     repo = tmp_path / "code"
     repo.mkdir()

@@ -15,7 +15,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "train-and-eval.yaml"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(780)  # past its own waits: the server's start, the runs
 def test_the_train_and_eval_example_runs_to_success(tmp_path: Path) -> None:
     with local_server(tmp_path, command="up") as server:
         submitted = crucible(server.env, "submit", str(EXAMPLE))

@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.servers import crucible, local_server
 
@@ -120,6 +121,8 @@ spec:
 """
 
 
+# Past its own waits: the server's start, the first 50 steps, the resumed run.
+@pytest.mark.timeout(600)
 def test_a_preempted_training_run_resumes_from_its_sigterm_checkpoint(tmp_path: Path) -> None:
     manifest = tmp_path / "resumable.yaml"
     manifest.write_text(RESUMABLE)

@@ -36,7 +36,7 @@ from tests.k8s.real_node import (
     wait_runs,
 )
 
-pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
+pytestmark = [pytest.mark.k8s, pytest.mark.realnode, pytest.mark.objectstore]
 
 README = REPO_ROOT / "README.md"
 RELEASE_NS, PROJECT = "crucible", "demo"  # as the README names them
@@ -149,6 +149,9 @@ def release_pods() -> list[dict[str, Any]]:
     return pods
 
 
+# The first test sets the module's release up, which pytest-timeout counts: removing a
+# left-over release, then the README's block (images built, helm install).
+@pytest.mark.timeout(2400)
 def test_the_readme_install_runs_every_part_of_the_release_in_restricted_pods(
     release: Release,
 ) -> None:
@@ -193,7 +196,7 @@ def test_the_readme_install_runs_every_part_of_the_release_in_restricted_pods(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1440)  # past its own waits: the runs, the evals, kubectl
 def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoint_is_evaluated(
     release: Release,
 ) -> None:
@@ -236,8 +239,10 @@ def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoi
     assert "multinode-sft" in proc.stdout
 
 
+# Past its own waits (a step to evict at, the run) and, as the last test, the release's
+# removal.
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1560)
 def test_an_evicted_pod_resumes_from_its_s3_checkpoint_through_the_releases_workers(
     release: Release,
 ) -> None:

@@ -715,6 +715,8 @@ def test_install_refuses_missing_secrets_and_absent_prometheus_operator(
     assert "need the monitoring.coreos.com/v1 API (Prometheus Operator)" in err
 
 
+# Past its own waits: helm install, upgrade and uninstall.
+@pytest.mark.timeout(480)
 def test_trial_install_with_bundled_stores_then_upgrade_keeps_their_passwords(
     kopf_crd: None, namespace: str, tmp_path: Path
 ) -> None:
@@ -790,6 +792,8 @@ def leftovers(release: Release) -> list[str]:
     ]
 
 
+# Past its own waits: helm install, upgrade, uninstall, and the leftovers going.
+@pytest.mark.timeout(480)
 def test_upgrade_with_a_changed_value_then_uninstall_leaves_only_the_crds(
     kopf_crd: None, namespace: str, tmp_path: Path
 ) -> None:

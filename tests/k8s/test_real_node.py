@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -34,9 +35,10 @@ from tests.k8s.real_node import (
     wait_running_past,
     wait_runs,
 )
-from tests.servers import free_port
+from tests.servers import crucible, free_port
 
-pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
+# The control plane beside the node (operator_stack.Stack) runs on the shared Postgres and Redis.
+pytestmark = [pytest.mark.k8s, pytest.mark.realnode, pytest.mark.postgres, pytest.mark.redis]
 
 
 def _pod(name: str, image: str, command: list[str]) -> dict[str, Any]:
@@ -114,6 +116,8 @@ print(json.dumps(out))
 """
 
 
+# Carries the workload image's build (the `workload_image` fixture) when it is not cached.
+@pytest.mark.timeout(2100)
 def test_a_pod_runs_the_workload_image_non_root_with_cluster_dns_and_the_host_reachable(
     namespace: str, host_ip: str, workload_image: str
 ) -> None:
@@ -187,7 +191,7 @@ def storage_ns(namespace: str, shared_dir: Path, real_stack: Stack) -> Iterator[
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(1620)
 def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
@@ -250,7 +254,7 @@ def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1740)
 def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resumes_bitwise(
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
@@ -280,6 +284,20 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
     # The losses of the interrupted run are bitwise those of the uninterrupted one.
     assert losses(real_stack, first["id"]) == losses(real_stack, runs["steady"].id)
 
+    # Each attempt kept the digest the kubelet resolved for its image; reproducing the
+    # steady run pins it, and the reproduction's losses are bitwise the same again.
+    steady_attempts = real_stack.get(f"/runs/{runs['steady'].id}/attempts")
+    assert all("@sha256:" in (a["image_id"] or "") for a in attempts + steady_attempts), (
+        attempts + steady_attempts
+    )
+    cli_env = {**os.environ, "CRUCIBLE_API_URL": real_stack.url, "CRUCIBLE_TOKEN": ADMIN_TOKEN}
+    reproduced = crucible(cli_env, "runs", "reproduce", str(runs["steady"].id))
+    assert reproduced.returncode == 0, reproduced.stderr
+    again = wait_runs(real_stack, storage_ns, ["steady-r1"], seconds=600)["steady-r1"]
+    assert again.phase == Phase.Succeeded, (again, real_stack.logs())
+    assert again.manifest["spec"]["image"] == steady_attempts[0]["image_id"]
+    assert losses(real_stack, again.id) == losses(real_stack, runs["steady"].id)
+
 
 def test_workload_namespaces_enforce_the_restricted_pod_security_standard(storage_ns: str) -> None:
     """Every workload pod of these tests runs where the API server refuses what `restricted`
@@ -291,7 +309,7 @@ def test_workload_namespaces_enforce_the_restricted_pod_security_standard(storag
     assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_an_image_that_cannot_be_pulled_fails_the_run_with_the_reason(
     storage_ns: str, real_stack: Stack
 ) -> None:

@@ -32,7 +32,14 @@ from tests.k8s.real_node import (
 )
 from tests.object_store import ObjectStore, object_store, point_at
 
-pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
+# The control plane beside the node (operator_stack.Stack) runs on the shared Postgres and Redis.
+pytestmark = [
+    pytest.mark.k8s,
+    pytest.mark.realnode,
+    pytest.mark.objectstore,
+    pytest.mark.postgres,
+    pytest.mark.redis,
+]
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +90,9 @@ def s3_ns(namespace: str, store: ObjectStore, s3_stack: Stack) -> Iterator[str]:
     h.kubectl("delete", "crucible", "--all", "--wait=false", namespace=namespace, check=False)
 
 
+# Past its own waits (a step to evict at, the runs) and its stack's start.
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1260)
 def test_an_evicted_attempt_checkpoints_to_s3_and_the_next_pod_resumes_bitwise(
     s3_ns: str,
     s3_stack: Stack,

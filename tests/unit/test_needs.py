@@ -1,0 +1,74 @@
+"""tests/needs.py, which tells scripts/test what to start: the parts of the test stack that the
+selected tests' markers call for, nothing for tests that carry none, and everything for the
+whole suite (as .ci/run runs it)."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.needs import ALL_PARTS, PART_OF_MARKER, parts_needed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_each_marker_brings_its_part_and_other_markers_none() -> None:
+    assert parts_needed([{"postgres"}, {"k8s", "realnode", "slow"}]) == {"postgres", "cluster"}
+    assert parts_needed([{"redis", "postgres"}, {"objectstore"}, {"browser"}]) == {
+        "redis",
+        "postgres",
+        "objectstore",
+        "web",
+    }
+    assert parts_needed([{"slow", "chaos"}, set()]) == set()
+    assert parts_needed([]) == set()
+
+
+def test_every_marker_that_brings_a_part_is_one_pytest_knows() -> None:
+    # A misspelt marker here would never start its part; --strict-markers refuses unknown
+    # ones on tests, so the two lists must agree.
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    registered = {line.split(":")[0] for line in config["tool"]["pytest"]["ini_options"]["markers"]}
+    assert set(PART_OF_MARKER) <= registered
+
+
+def collected_needs(tmp_path: Path, *args: str) -> set[str]:
+    """What scripts/test would start for `scripts/test ARGS`: its collection, as it runs it."""
+    needs_file = tmp_path / "needs"
+    collect = ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.needs"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *collect, f"--needs-file={needs_file}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return set(needs_file.read_text().split())
+
+
+@pytest.mark.slow
+def test_the_whole_suite_needs_every_part(tmp_path: Path) -> None:
+    assert collected_needs(tmp_path) == ALL_PARTS
+
+
+@pytest.mark.slow
+def test_deselected_markers_start_nothing_for_them_and_the_rest_still_starts(
+    tmp_path: Path,
+) -> None:
+    needs = collected_needs(tmp_path, "-m", "not postgres and not k8s")
+    assert needs == ALL_PARTS - {"postgres", "cluster"}
+
+
+@pytest.mark.slow
+def test_tests_that_use_no_part_need_nothing(tmp_path: Path) -> None:
+    assert collected_needs(tmp_path, "tests/unit/test_downsample.py") == set()
+
+
+@pytest.mark.slow
+def test_a_test_taking_s3_needs_the_object_store(tmp_path: Path) -> None:
+    # marked by tests/conftest.py, not in the module
+    assert collected_needs(tmp_path, "tests/sdk/test_object_storage.py") == {"objectstore"}
