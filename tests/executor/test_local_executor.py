@@ -230,6 +230,7 @@ def test_a_spec_without_a_command_runs_the_reference_workload() -> None:
                 "tags": {},
                 **dict.fromkeys(
                     [
+                        "code",
                         "k8s_namespace",
                         "k8s_name",
                         "k8s_uid",
