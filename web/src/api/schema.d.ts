@@ -1645,12 +1645,12 @@ export interface components {
             commit: string;
             /**
              * Diff Digest
-             * @description sha256 of the differences from the commit (tracked and untracked files git does not ignore, as `git diff --binary` prints them); null when clean. Only the digest is kept: the diff itself may hold what must not leave the machine.
+             * @description sha256 of the directory's differences from the commit (tracked and untracked files git does not ignore, as `git diff --binary` prints them); null when clean. Only the digest is kept: the diff itself may hold what must not leave the machine.
              */
             diff_digest?: string | null;
             /**
              * Dirty
-             * @description Whether anything differed from that commit.
+             * @description Whether the code's directory differed from that commit.
              */
             dirty: boolean;
             /**
