@@ -26,6 +26,7 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
         "startAttempt": {},
         "endAttempt": {"end_reason": "Failed"},
         "heartbeat": {"attempt": 1},
+        "reportEnvironment": {"packages": {"torch": "2.5.0"}},
         "logMetrics": {"points": [{"key": "loss", "step": 99, "value": 0.0}]},
         "registerDatasetVersion": {
             "project": MARKER,

@@ -64,6 +64,20 @@ class Settings(BaseSettings):
         ge=0,
         description="A Kubernetes run unchanged this long whose resource is gone is Cancelled.",
     )
+    relay_republish_after_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="The outbox relay publishes a message no worker has handled again after "
+        "this long, then after waits that double (a broker that lost it, a worker killed "
+        "holding it).",
+    )
+    broker_visibility_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Redis gives a task that a worker took and never acknowledged (it died) to "
+        "another worker after this long; keep it above the slowest handler, or a live one's "
+        "task is delivered twice.",
+    )
 
     @field_validator("home", mode="after")
     @classmethod

@@ -1,11 +1,18 @@
 """The auth matrix: no token, wrong token, another project's token, and roles."""
 
+import hashlib
+import hmac
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import event, select
 
 from crucible.api.app import create_app
+from crucible.core.signin import issue_code
+from crucible.db.tables import ApiToken
 from crucible.settings import Settings
 from tests.conftest import ADMIN_TOKEN, bearer, make_project, make_token, submit
 
@@ -105,16 +112,82 @@ def test_revoked_token_stops_working(client: TestClient, admin: TestClient) -> N
     assert client.get("/api/v1/projects", headers=bearer(created["token"])).status_code == 401
 
 
-def test_tokens_are_stored_hashed(app: object, admin: TestClient) -> None:
-    from sqlalchemy import select
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
-    from crucible.db.tables import ApiToken
 
+def test_tokens_are_hashed_with_sha256_and_looked_up_by_their_hash(
+    app: FastAPI, admin: TestClient, client: TestClient
+) -> None:
     make_project(admin, "alpha")
     raw = make_token(admin, "alpha", "viewer")
-    with app.state.session_factory() as session:  # type: ignore[attr-defined]
-        stored = list(session.scalars(select(ApiToken.token_hash)))
-    assert raw not in stored and all(len(h) == 64 for h in stored)
+    factory = app.state.session_factory
+    with factory() as session:
+        row = session.scalars(select(ApiToken).where(ApiToken.project_id.is_not(None))).one()
+        stored = [str(getattr(row, c.key)) for c in ApiToken.__table__.columns]
+    assert row.token_hash == sha256(raw)
+    # Only its first characters are kept in the clear (the prefix lists show); not the rest.
+    assert row.prefix == raw[: len(row.prefix)] and len(row.prefix) <= 8
+    assert not any(raw[len(row.prefix) :] in value for value in stored)
+
+    # What the database is asked for is the hash: the token itself never reaches it.
+    parameters: list[str] = []
+
+    def record(*args: Any) -> None:
+        parameters.append(repr(args[3]))  # (connection, cursor, statement, parameters, ...)
+
+    event.listen(app.state.engine, "before_cursor_execute", record)
+    try:
+        assert client.get("/api/v1/projects", headers=bearer(raw)).status_code == 200
+    finally:
+        event.remove(app.state.engine, "before_cursor_execute", record)
+    assert any(sha256(raw) in p for p in parameters), parameters
+    assert not any(raw[len(row.prefix) :] in p for p in parameters), parameters
+
+    # Whatever hashes to the stored value is the credential, and nothing else is.
+    other = "cru_" + "x" * 43
+    with factory() as session:
+        session.get_one(ApiToken, row.id).token_hash = sha256(other)
+        session.commit()
+    assert client.get("/api/v1/projects", headers=bearer(raw)).status_code == 401
+    assert client.get("/api/v1/projects", headers=bearer(other)).status_code == 200
+
+
+@pytest.fixture
+def compared(monkeypatch: pytest.MonkeyPatch) -> list[set[str]]:
+    """The pairs hmac.compare_digest is given while the test runs."""
+    pairs: list[set[str]] = []
+    real = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        pairs.append({x.decode() if isinstance(x, bytes) else x for x in (a, b)})
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    return pairs
+
+
+def test_the_admin_token_is_compared_in_constant_time(
+    client: TestClient, compared: list[set[str]]
+) -> None:
+    close = ADMIN_TOKEN[:-1] + "x"  # as long as the real one, one character off
+    for token, status in ((close, 401), (ADMIN_TOKEN, 200)):
+        compared.clear()
+        assert client.get("/api/v1/projects", headers=bearer(token)).status_code == status
+        assert {token, ADMIN_TOKEN} in compared, compared
+
+
+# Sign-in codes are the embedded mode's, which is SQLite's.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_sign_in_codes_are_compared_in_constant_time(
+    client: TestClient, settings: Settings, compared: list[set[str]]
+) -> None:
+    code = issue_code(settings.home)
+    for guess, status in (("not-the-code", 401), (code, 200)):
+        compared.clear()
+        response = client.post("/api/v1/auth/sign-in-code", json={"code": guess})
+        assert response.status_code == status, response.text
+        assert {sha256(guess), sha256(code)} in compared, compared
 
 
 def test_delete_project_refuses_when_runs_exist(admin: TestClient) -> None:

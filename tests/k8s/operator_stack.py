@@ -10,17 +10,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from crucible.db import schema
+from crucible.db.tables import OutboxMessage
+from crucible.settings import Settings, load_settings
+from crucible.workers.celery_app import HANDLE_TASK, create_celery
+from crucible.workers.relay import republish_wait
 from tests.conftest import postgres_url
+from tests.outbox_probe import handler_copies
 from tests.servers import free_port, wait_until_serving
 
 ADMIN_TOKEN = "cru_operator-test-admin"
@@ -202,6 +208,51 @@ class Stack(ControlPlane):
 
     def logs(self) -> str:
         return "\n".join(p.tail() for p in (self.operator, self.worker, self.server))
+
+    def redeliver(self, topic: str) -> None:
+        """Publish the handler message of every outbox row of `topic` again, as the relay
+        does with one it presumes lost."""
+        engine = create_engine(self.database_url)
+        with engine.connect() as connection:
+            ids = connection.scalars(select(OutboxMessage.id).where(OutboxMessage.topic == topic))
+            settings = load_settings(
+                broker_url=self.env["CRUCIBLE_BROKER_URL"], database_url=self.database_url
+            )
+            app = create_celery(settings)
+            for message_id in ids:
+                app.send_task(HANDLE_TASK, args=[message_id], headers={"topic": topic})
+            app.close()
+        engine.dispose()
+
+    def wait_until_delivered(self) -> None:
+        """Wait until nothing is left to deliver: every outbox row handled and no copy of a
+        handler message in Redis, queued or taken. Each unhandled row may need its next
+        republish, so the deadline moves with the relay's schedule."""
+        first_wait = timedelta(
+            seconds=Settings.model_fields["relay_republish_after_seconds"].default
+        )
+        engine = create_engine(self.database_url)
+        unhandled = select(OutboxMessage.sent_at, OutboxMessage.publish_attempts).where(
+            OutboxMessage.handled_at.is_(None)
+        )
+        started = datetime.now(UTC)
+        try:
+            with redis.Redis.from_url(self.env["CRUCIBLE_BROKER_URL"]) as broker:
+                while True:
+                    with engine.connect() as connection:
+                        left = list(connection.execute(unhandled))
+                    copies = handler_copies(broker)
+                    if not left and not copies:
+                        return
+                    due = [sent + republish_wait(first_wait, n) for sent, n in left if sent]
+                    if datetime.now(UTC) > max([started, *due]) + timedelta(seconds=60):
+                        raise AssertionError(
+                            f"still to deliver: {len(left)} outbox rows, copies {copies}\n"
+                            + self.logs()
+                        )
+                    time.sleep(0.3)
+        finally:
+            engine.dispose()
 
     def operator_calls(self) -> dict[str, float]:
         """The operator's control-plane calls so far, by client method (its metrics)."""

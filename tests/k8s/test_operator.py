@@ -661,7 +661,10 @@ def test_every_checkpoint_gets_one_evaljob_resource_that_reports_its_scores(
     )
     wait_phase(stack, ns, name, "Succeeded", kind="ej")
     assert resource(ns, "ej", name)["status"]["results"] == {"accuracy": 0.75}
-    time.sleep(2)  # a redelivered trigger would show up as a second resource by now
+    # The trigger delivered again, as the relay republishes a message it presumes lost,
+    # and counted once nothing is left for any worker to handle.
+    stack.redeliver("checkpoint.registered")
+    stack.wait_until_delivered()
     assert len(evaljobs()) == 1
 
 
@@ -681,7 +684,12 @@ def test_resources_that_cannot_run_say_why_and_never_stall_the_operator(
         training_run("no-such-node", scheduling={"nodeSelector": {"pool": "does-not-exist"}}),
         training_run("too-big", nodes=64, gpusPerNode=8),
         training_run("init-from-nothing", initFrom={"id": 999_999}),
-        training_run("bad-config", config={"steps": "many", "lr": None}),
+        training_run(
+            "bad-config",
+            config={"steps": "many", "lr": None},
+            gpusPerNode=1,  # the test cluster's nodes take GPU pods only
+            recovery={"maxFailures": 0},
+        ),
         eval_job,
         namespace=ns,
     )
@@ -705,6 +713,20 @@ def test_resources_that_cannot_run_say_why_and_never_stall_the_operator(
     assert "most free GPUs on one node: 8" in seen["too-big"][2]  # nothing else runs
     assert (stack.run_by_name(ns, "init-from-nothing") or {}).get("phase") == "Failed"
     assert phase_of(ns, "ej", "eval-of-nothing") == "Failed"
+
+    # A config is free-form: only the workload can judge it. It gets it as the resource
+    # holds it (kubectl apply takes `lr: null` for "no such field"), and its refusal (the
+    # reference workloads exit 2 naming the field: tests/workloads/test_jobs.py -k
+    # bad_config) fails the run, which has no retries for a failure.
+    (pod,) = wait_running_pods(stack, ns, "bad-config", 1, 1)
+    applied = resource(ns, "tr", "bad-config")["spec"]["config"]
+    assert json.loads(env_of(pod)["CRUCIBLE_CONFIG"]) == applied == {"steps": "many"}
+    h.finish_pod(ns, pod["metadata"]["name"], 2)
+    wait_phase(stack, ns, "bad-config", "Failed")
+    bad = api_run(stack, ns, "bad-config")
+    attempts = stack.get(f"/runs/{bad['id']}/attempts")
+    assert [(a["end_reason"], a["exit_code"]) for a in attempts] == [("ErrorExit", 2)], attempts
+    assert (bad["phase"], bad["reason"]) == ("Failed", "ErrorExit"), bad
 
     h.apply(training_run("fine", gpusPerNode=1), namespace=ns)
     wait_running_pods(stack, ns, "fine", 1, 1)

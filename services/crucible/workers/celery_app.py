@@ -1,9 +1,10 @@
 """`crucible worker`: the handlers and sweeps as Celery tasks over a Redis broker.
 
-The relay runs as a beat task every second; handlers are `acks_late` and rejected back to
-the queue when their worker process dies, and the relay republishes anything still unhandled
-after 30 s, then after ever longer waits (a lost broker, a killed worker). The handlers'
-exactly-once mark makes all of that redelivery safe.
+The relay runs as a beat task every second; handlers are `acks_late`, so a task whose worker
+died unacknowledged goes back to the queue after the broker's visibility timeout, and the
+relay republishes anything still unhandled after `relay_republish_after_seconds`, then after
+ever longer waits (a lost broker, a killed worker). The handlers' exactly-once mark makes
+all of that redelivery safe.
 
 The beat's ticks (relay, sweeps) have a queue of their own and expire: behind a backlog of
 handler messages in one queue they waited for minutes, recovery's sweep with them, and
@@ -53,8 +54,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
         task_default_queue=HANDLER_QUEUE,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
-        # Redis redelivers an unacknowledged task after this long (its worker vanished).
-        broker_transport_options={"visibility_timeout": 300},
+        broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_seconds},
         worker_hijack_root_logger=False,
         beat_schedule={
             "relay-outbox": _tick("crucible.relay_outbox", 1.0),
@@ -87,9 +87,11 @@ def _register_tasks(app: Celery, settings: Settings) -> None:
     def publish(message_id: int, topic: str) -> None:
         handle_outbox_message.apply_async(args=[message_id], headers={"topic": topic})
 
+    republish_after = timedelta(seconds=settings.relay_republish_after_seconds)
+
     @app.task(name="crucible.relay_outbox")  # type: ignore[untyped-decorator]
     def relay_outbox() -> int:
-        return relay.relay_once(factory(), publish, republish_after=timedelta(seconds=30))
+        return relay.relay_once(factory(), publish, republish_after=republish_after)
 
     @app.task(name="crucible.promote_recovering")  # type: ignore[untyped-decorator]
     def promote_recovering() -> list[int]:

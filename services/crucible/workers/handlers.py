@@ -95,6 +95,7 @@ def handle_message(factory: sessionmaker[Session], message_id: int) -> str:
             return "no such message"
         if message.handled_at is not None:
             metrics.MESSAGES.labels(message.topic, "duplicate").inc()
+            log.info("outbox message %d (%s): already handled", message_id, message.topic)
             return "already handled"
         handler = HANDLERS.get(message.topic)
         outcome = handler(session, message.payload) if handler is not None else "nothing to do"
@@ -109,7 +110,8 @@ def handle_message(factory: sessionmaker[Session], message_id: int) -> str:
             action()
         except Exception:
             log.warning("a follow-up of %s message %s failed", topic, message_id, exc_info=True)
-    # Counted once committed: a rolled-back attempt is retried, not handled.
+    # Counted and logged once committed: a rolled-back attempt is retried, not handled.
+    log.info("outbox message %d (%s) handled: %s", message_id, topic, outcome)
     metrics.MESSAGES.labels(topic, "handled").inc()
     metrics.HANDLE_LATENCY.labels(topic).observe((datetime.now(UTC) - created_at).total_seconds())
     return outcome

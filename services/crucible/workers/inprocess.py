@@ -64,7 +64,7 @@ class InProcessWorkers:
         if time.monotonic() < not_before:
             return
         try:
-            outcome = handle_message(self._factory, message_id)
+            handle_message(self._factory, message_id)
         except Exception:
             failures += 1
             delay = min(0.5 * 2**failures, MAX_RETRY_DELAY_SECONDS)
@@ -75,4 +75,3 @@ class InProcessWorkers:
             )
             return
         self._failing.pop(message_id, None)
-        log.info("outbox message %d: %s", message_id, outcome)

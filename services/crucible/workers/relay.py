@@ -65,16 +65,22 @@ def relay_once(
     return published
 
 
+def republish_wait(first_wait: timedelta, publishes: int) -> timedelta:
+    """How long a sent, unhandled message waits after its latest publish before the relay
+    publishes it again: first_wait x 2^(publishes - 1), at most first_wait x
+    2^REPUBLISH_DOUBLINGS. `publishes` counts the broker's refusals too, which only lengthens
+    the wait after an outage."""
+    return first_wait * (1 << (min(max(publishes, 1), REPUBLISH_DOUBLINGS + 1) - 1))
+
+
 def _presumed_lost(now: datetime, first_wait: timedelta) -> ColumnElement[bool]:
-    """Sent, unhandled, and not republished for first_wait x 2^(publishes - 1), at most
-    first_wait x 2^REPUBLISH_DOUBLINGS. `publish_attempts` counts the broker's refusals too,
-    which only lengthens the wait after an outage."""
+    """Sent, unhandled, and not republished for its `republish_wait`."""
     sent, publishes = OutboxMessage.sent_at, OutboxMessage.publish_attempts
     waits = [
-        and_(publishes == n, sent < now - first_wait * 2 ** (n - 1))
+        and_(publishes == n, sent < now - republish_wait(first_wait, n))
         for n in range(1, REPUBLISH_DOUBLINGS + 1)
     ]
-    longest = first_wait * 2**REPUBLISH_DOUBLINGS
+    longest = republish_wait(first_wait, REPUBLISH_DOUBLINGS + 1)
     return or_(*waits, and_(publishes > REPUBLISH_DOUBLINGS, sent < now - longest))
 
 
