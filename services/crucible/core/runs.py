@@ -387,15 +387,20 @@ def _require_checkpoint_in_project(session: Session, checkpoint_id: int, project
         raise NotFound("checkpoint", checkpoint_id)
 
 
-def end_attempt(
-    *, session: Session, principal: Principal, run_id: int, number: int, attempt_in: AttemptEnd
-) -> AttemptPublic:
-    run = load_run(session, principal, run_id, Role.editor)
+def attempt_of(session: Session, run: Run, number: int) -> Attempt:
     attempt = session.scalar(
         select(Attempt).where(Attempt.run_id == run.id, Attempt.number == number)
     )
     if attempt is None:
-        raise NotFound("attempt", f"{run_id}/{number}")
+        raise NotFound("attempt", f"{run.id}/{number}")
+    return attempt
+
+
+def end_attempt(
+    *, session: Session, principal: Principal, run_id: int, number: int, attempt_in: AttemptEnd
+) -> AttemptPublic:
+    run = load_run(session, principal, run_id, Role.editor)
+    attempt = attempt_of(session, run, number)
     if attempt.ended_at is not None:
         if (attempt.end_reason, attempt.exit_code) == (attempt_in.end_reason, attempt_in.exit_code):
             return AttemptPublic.model_validate(attempt)  # a retried report
@@ -432,11 +437,7 @@ def heartbeat(
 ) -> AttemptPublic:
     """Mark the attempt alive now. An ended attempt is a 409: its process should have gone."""
     run = load_run(session, principal, run_id, Role.editor)
-    attempt = session.scalar(
-        select(Attempt).where(Attempt.run_id == run.id, Attempt.number == heartbeat_in.attempt)
-    )
-    if attempt is None:
-        raise NotFound("attempt", f"{run_id}/{heartbeat_in.attempt}")
+    attempt = attempt_of(session, run, heartbeat_in.attempt)
     if attempt.ended_at is not None:
         raise Conflict(
             f"attempt {attempt.number} of run {run_id} already ended ({attempt.end_reason}); "
@@ -457,11 +458,7 @@ def report_environment(
 ) -> AttemptPublic:
     """Record what the attempt's workload runs on. A repeated report replaces the last."""
     run = load_run(session, principal, run_id, Role.editor)
-    attempt = session.scalar(
-        select(Attempt).where(Attempt.run_id == run.id, Attempt.number == number)
-    )
-    if attempt is None:
-        raise NotFound("attempt", f"{run_id}/{number}")
+    attempt = attempt_of(session, run, number)
     attempt.packages = dict(environment.packages)
     session.flush()
     return AttemptPublic.model_validate(attempt)
