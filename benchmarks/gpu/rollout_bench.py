@@ -382,29 +382,14 @@ def variants(args: argparse.Namespace) -> None:
         )
         row["rollout_generate_tokens_per_s"] = round(batch * NEW_TOKENS / seconds, 1)
         if hf is not None:
-            input_ids = prompts.cuda()
-            mask = torch.ones_like(input_ids)
-
-            def hf_generate(new_tokens: int = NEW_TOKENS) -> Any:
-                return hf.generate(
-                    input_ids,  # noqa: B023 (called within this iteration)
-                    attention_mask=mask,  # noqa: B023 (called within this iteration)
-                    do_sample=True,
-                    top_p=TOP_P,
-                    top_k=0,
-                    temperature=1.0,
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    pad_token_id=0,
-                    eos_token_id=None,
-                )
+            call_hf = hf_generate(hf, prompts.cuda(), NEW_TOKENS)
 
             # The warm-up call doubles as the check that HF generated all 128 tokens.
-            out = hf_generate()
+            out = call_hf()
             assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS), out.shape
             torch.cuda.synchronize()
             started = time.perf_counter()
-            hf_generate()
+            call_hf()
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started
             row["hf_tokens_per_s"] = round(batch * NEW_TOKENS / seconds, 1)
