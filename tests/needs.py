@@ -8,11 +8,12 @@ in it and the parts (as scripts/test names them) their markers call for:
     local 620 postgres redis web
     cluster 129 cluster objectstore postgres redis
 
-The `cluster` stage is the tests that use the cluster or the object store; `local` is the
-rest. scripts/test runs the local stage while the cluster's toolchain and images build
-(half an hour on empty caches), then the cluster stage: `--stack-stage=local|cluster`
-keeps only that stage's tests. A test uses a part only through its marker: a test that
-reaches a part without carrying the marker runs against whatever an earlier run left up.
+The `cluster` stage is the tests that use the cluster or the object store, or run the
+toolchain built for them (`toolchain`); `local` is the rest. scripts/test runs the local
+stage while the cluster's toolchain and images build (half an hour on empty caches), then
+the cluster stage: `--stack-stage=local|cluster` keeps only that stage's tests. A test
+uses a part only through its marker: a test that reaches a part without carrying the
+marker runs against whatever an earlier run left up.
 """
 
 from collections.abc import Iterable
@@ -31,8 +32,10 @@ PART_OF_MARKER = {
 }
 ALL_PARTS = frozenset(PART_OF_MARKER.values())
 # Parts whose start waits on the toolchain built from Go modules (and, for the real node's
-# tests, on the images): the tests using them form the second stage.
+# tests, on the images): the tests using them form the second stage, with those that run
+# the toolchain's binaries themselves (marked `toolchain`, e.g. a private S3 server).
 CLUSTER_PARTS = frozenset({"cluster", "objectstore"})
+TOOLCHAIN_MARKER = "toolchain"
 STAGES = ("local", "cluster")
 
 
@@ -48,7 +51,10 @@ def parts_needed(markers_per_test: Iterable[Iterable[str]]) -> set[str]:
 
 def stage_of(markers: Iterable[str]) -> str:
     """The stage of a test carrying these markers."""
-    return "cluster" if parts_needed([markers]) & CLUSTER_PARTS else "local"
+    markers = set(markers)
+    if TOOLCHAIN_MARKER in markers or parts_needed([markers]) & CLUSTER_PARTS:
+        return "cluster"
+    return "local"
 
 
 def _markers(item: pytest.Item) -> set[str]:

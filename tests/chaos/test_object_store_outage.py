@@ -21,7 +21,9 @@ from crucible.schemas.runs import RunSubmit
 from tests.object_store import ObjectStore, point_at
 from tests.servers import local_server
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+# toolchain: its S3 server is the weed binary scripts/cluster builds (scripts/test runs it
+# after that build).
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.toolchain]
 
 REPO = Path(__file__).resolve().parents[2]
 OBJECTSTORE = REPO / "scripts" / "objectstore"
@@ -32,7 +34,7 @@ import sys, time
 from pathlib import Path
 import torch
 import crucible.sdk as sdk
-from crucible.workloads.jobs.runtime import run_job
+from crucible.workloads.jobs.process import run_job
 
 saved, go = Path(sys.argv[1]), Path(sys.argv[2])
 

@@ -248,12 +248,12 @@ def test_a_spec_without_a_command_runs_the_reference_workload() -> None:
             }
         )
 
-    assert build_command(run("train"))[1:] == ["-m", "crucible.workloads.train"]
-    assert build_command(run("eval"))[1:] == ["-m", "crucible.workloads.eval"]
+    assert build_command(run("train"))[1:] == ["-m", "crucible.workloads.jobs.train"]
+    assert build_command(run("eval"))[1:] == ["-m", "crucible.workloads.jobs.eval"]
     teacher = run("rollout", policy={"teacher": "arithmetic-solver"})
-    assert build_command(teacher)[1:] == ["-m", "crucible.workloads.datagen"]
+    assert build_command(teacher)[1:] == ["-m", "crucible.workloads.jobs.datagen"]
     policy = run("rollout", policy={"checkpoint": {"id": 3}})
-    assert build_command(policy)[1:] == ["-m", "crucible.workloads.rollout"]
+    assert build_command(policy)[1:] == ["-m", "crucible.workloads.jobs.rollout"]
     # Two processes go through torchrun, which takes the module after its own -m.
     ddp = build_command(run("train", processesPerNode=2, args=["--x"]))
     assert ddp[1:] == [
@@ -262,6 +262,6 @@ def test_a_spec_without_a_command_runs_the_reference_workload() -> None:
         "--standalone",
         "--nproc-per-node=2",
         "-m",
-        "crucible.workloads.train",
+        "crucible.workloads.jobs.train",
         "--x",
     ]

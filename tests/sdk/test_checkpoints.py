@@ -172,7 +172,7 @@ def test_fsspec_storage_round_trip(api: CrucibleClient, sdk_env: Path) -> None:
 
 def staged_buffers(run: Run) -> tuple[object, dict[str, int]]:
     """The writer the run's async saves go through and where its staged tensors live."""
-    writer = run._checkpointer._async_writer_cached
+    writer = run._checkpoint_store._async_writer_cached
     cache = writer.state_dict_cache
     weights = cache["train"]["model"]
     return writer, {key: tensor.data_ptr() for key, tensor in weights.items()}

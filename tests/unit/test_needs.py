@@ -39,6 +39,7 @@ def test_a_test_using_the_cluster_or_the_object_store_runs_in_the_cluster_stage(
     assert stage_of({"k8s"}) == "cluster"
     assert stage_of({"objectstore", "postgres"}) == "cluster"
     assert stage_of({"realnode", "slow"}) == "cluster"
+    assert stage_of({"toolchain", "chaos"}) == "cluster"
     assert stage_of({"postgres", "redis", "browser", "chaos"}) == "local"
     assert stage_of(set()) == "local"
 

@@ -345,7 +345,7 @@ def test_pods_of_a_multi_node_run() -> None:
         "--nproc-per-node=8",
         "--master-addr=sft-a3-0.sft.team.svc",
     ]
-    assert container["command"][-2:] == ["-m", "crucible.workloads.train"]
+    assert container["command"][-2:] == ["-m", "crucible.workloads.jobs.train"]
     # The workload's last words (or its log's end) reach the container status.
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert env(first)["CRUCIBLE_TERMINATION_LOG"] == container["terminationMessagePath"]
@@ -376,7 +376,7 @@ def test_a_single_pod_runs_the_command_itself_with_the_default_image() -> None:
     )
     container = built["spec"]["containers"][0]
     assert container["image"] == "img:1"
-    assert container["command"] == ["python", "-m", "crucible.workloads.eval", "--fast"]
+    assert container["command"] == ["python", "-m", "crucible.workloads.jobs.eval", "--fast"]
     assert "MASTER_ADDR" not in env(built) and "CRUCIBLE_RESUME_FROM" not in env(built)
     assert "hostname" not in built["spec"]
 

@@ -14,8 +14,9 @@ import torch
 import crucible
 from crucible.client import CrucibleClient
 from crucible.sdk import PREEMPTED_EXIT_CODE, CheckpointError, Run
+from crucible.sdk.checkpoint import RunCheckpointer
 from crucible.workloads.config import TaskConfig, TrainConfig, model_preset
-from crucible.workloads.jobs.runtime import RunCheckpointer, checkpoint_meta
+from crucible.workloads.jobs.checkpoints import checkpoint_meta
 from crucible.workloads.train import Trainer
 from tests.sdk.conftest import api, new_run, sdk_env, server
 
@@ -32,12 +33,12 @@ class RecordingCheckpointer(RunCheckpointer):
     that writer's staged copy of the weights lives."""
 
     def __init__(self, run: Run) -> None:
-        super().__init__(run, META, async_save=True)
+        super().__init__(run._checkpoint_store, resume_from=None, meta=META, async_save=True)
         self.staged: list[tuple[Any, dict[str, int]]] = []
 
     def save(self, step: int, state: Any) -> None:
         super().save(step, state)
-        writer = self.run._checkpointer._async_writer_cached
+        writer = self.store._async_writer_cached
         weights = writer.state_dict_cache["trainer"]["model"]
         self.staged.append((writer, {k: t.data_ptr() for k, t in weights.items()}))
 
@@ -50,7 +51,7 @@ def resumed(
     run = crucible.init(
         run_id=run_id, resume_from=str(checkpoint_id) if checkpoint_id is not None else None
     )
-    trainer = Trainer(CONFIG, TINY, records, checkpointer=RunCheckpointer(run, META))
+    trainer = Trainer(CONFIG, TINY, records, checkpointer=run.checkpointer(meta=META))
     run.finish()
     trainer.checkpointer = None
     return trainer
@@ -68,7 +69,7 @@ def test_async_checkpoints_resume_like_sync_ones_through_one_writer(
 
     sync_id = new_run(api)
     sync_run = crucible.init(run_id=sync_id)
-    sync = Trainer(CONFIG, TINY, records, checkpointer=RunCheckpointer(sync_run, META))
+    sync = Trainer(CONFIG, TINY, records, checkpointer=sync_run.checkpointer(meta=META))
     assert sync.train() == expected
     sync_run.finish()
 
@@ -115,7 +116,7 @@ def test_a_run_finishing_right_after_an_async_save_has_it_registered(
     run_id = new_run(api)
     run = crucible.init(run_id=run_id)
     trainer = Trainer(
-        config, TINY, records, checkpointer=RunCheckpointer(run, META, async_save=True)
+        config, TINY, records, checkpointer=run.checkpointer(meta=META, async_save=True)
     )
     trainer.save_checkpoint()
     assert trainer.checkpoint_in_flight == 0
@@ -128,7 +129,7 @@ def test_a_run_finishing_right_after_an_async_save_has_it_registered(
     run_id = new_run(api)
     run = crucible.init(run_id=run_id)
     trainer = Trainer(
-        config, TINY, records, checkpointer=RunCheckpointer(run, META, async_save=True)
+        config, TINY, records, checkpointer=run.checkpointer(meta=META, async_save=True)
     )
     trainer.train()
     latest = api.latest_checkpoint(run_id)
@@ -150,7 +151,7 @@ def test_sigterm_right_after_an_async_save_waits_for_it_and_exits_143(
     try:
         run_id = new_run(api)
         run = crucible.init(run_id=run_id)
-        checkpointer = RunCheckpointer(run, META, async_save=True)
+        checkpointer = run.checkpointer(meta=META, async_save=True)
         trainer = Trainer(ASYNC, TINY, records, checkpointer=checkpointer)
 
         def log(step: int, metrics: dict[str, float]) -> None:
@@ -180,7 +181,7 @@ def test_a_failed_async_save_is_never_reported_as_saved(
     run_id = new_run(api)
     run = crucible.init(run_id=run_id)
     trainer = Trainer(
-        ASYNC, TINY, records, checkpointer=RunCheckpointer(run, META, async_save=True)
+        ASYNC, TINY, records, checkpointer=run.checkpointer(meta=META, async_save=True)
     )
     trainer.save_checkpoint()
     trainer.wait_for_checkpoint()

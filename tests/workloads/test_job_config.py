@@ -9,15 +9,9 @@ import pytest
 from crucible.workloads.config import ModelConfig, TaskConfig, model_preset
 from crucible.workloads.jobs import datagen, rollout, train
 from crucible.workloads.jobs import eval as eval_jobs
-from crucible.workloads.jobs.runtime import (
-    ConfigError,
-    Inputs,
-    fit_new_tokens,
-    parse_config,
-    parse_inputs,
-    read_env,
-    rollout_config,
-)
+from crucible.workloads.jobs.config import ConfigError, parse_config
+from crucible.workloads.jobs.env import Inputs, parse_inputs, read_env
+from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
 from crucible.workloads.jobs.train import train_config
 
 

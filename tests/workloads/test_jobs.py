@@ -1,4 +1,4 @@
-"""The reference workloads as processes: `python -m crucible.workloads.<job>` with the
+"""The reference workloads as processes: `python -m crucible.workloads.jobs.<job>` with the
 environment the executor sets, against a real API server (SQLite in a temp dir).
 
 Starting a process costs seconds here (torch, and torch._dynamo, which the first optimizer
@@ -70,7 +70,7 @@ class Job:
         self.started = time.monotonic()
         self.ended: float | None = None
         self.process = subprocess.Popen(
-            [sys.executable, "-m", f"crucible.workloads.{module}"],
+            [sys.executable, "-m", f"crucible.workloads.jobs.{module}"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

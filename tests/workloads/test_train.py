@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from crucible.workloads.checkpoint import LocalCheckpointer, Stateful
+from crucible.workloads.checkpoint import DirectoryCheckpointer, Stateful
 from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig, model_preset
 from crucible.workloads.data import read_jsonl
 from crucible.workloads.evaluate import evaluate
@@ -22,7 +22,7 @@ class Preempted(Exception):
     pass
 
 
-class PreemptedAfterSave(LocalCheckpointer):
+class PreemptedAfterSave(DirectoryCheckpointer):
     """Saves, then dies like a process killed right after its checkpoint at `step`."""
 
     def __init__(self, directory: Any, step: int) -> None:
@@ -47,7 +47,7 @@ def test_resumed_run_has_bitwise_the_same_losses(tmp_path, one_digit_records) ->
     first.log = lambda step, metrics: seen.append(metrics["loss"])
     with pytest.raises(Preempted):
         first.train()
-    resumed = Trainer(config, TINY, records, checkpointer=LocalCheckpointer(tmp_path))
+    resumed = Trainer(config, TINY, records, checkpointer=DirectoryCheckpointer(tmp_path))
     assert resumed.step == 4
     rest = resumed.train()
 
@@ -70,7 +70,7 @@ class Box:
 
 
 def test_checkpointer_ignores_a_partial_file(tmp_path) -> None:
-    checkpointer = LocalCheckpointer(tmp_path)
+    checkpointer = DirectoryCheckpointer(tmp_path)
     box = Box(torch.zeros(2))
     assert checkpointer.load({"box": box}) is None
     assert torch.equal(box.x, torch.zeros(2)), "nothing to resume leaves the state alone"
@@ -87,13 +87,13 @@ def test_saving_at_step_zero_changes_nothing(tmp_path, one_digit_records) -> Non
     config = TrainConfig(steps=3, batch_size=8, warmup_steps=1, seed=5)
     expected = Trainer(config, TINY, records).train()
     initial = replace(config, save_initial=True)
-    saved = Trainer(initial, TINY, records, checkpointer=LocalCheckpointer(tmp_path / "a"))
+    saved = Trainer(initial, TINY, records, checkpointer=DirectoryCheckpointer(tmp_path / "a"))
     assert saved.train() == expected
     assert sorted(p.name for p in (tmp_path / "a").iterdir())[0] == "step_00000000.pt"
 
-    stopping = Trainer(initial, TINY, records, checkpointer=LocalCheckpointer(tmp_path / "b"))
+    stopping = Trainer(initial, TINY, records, checkpointer=DirectoryCheckpointer(tmp_path / "b"))
     assert stopping.train(should_stop=lambda: True) == [] and stopping.stopped
-    resumed = Trainer(initial, TINY, records, checkpointer=LocalCheckpointer(tmp_path / "b"))
+    resumed = Trainer(initial, TINY, records, checkpointer=DirectoryCheckpointer(tmp_path / "b"))
     assert resumed.step == 0 and resumed.last_checkpoint_step == 0
     assert resumed.train() == expected and not resumed.stopped
 
@@ -104,12 +104,12 @@ def test_should_stop_checkpoints_the_current_step_once(tmp_path, one_digit_recor
     expected = Trainer(config, TINY, records).train()
     for stop_at in (3, 4):  # between checkpoints, and right after one
         directory = tmp_path / str(stop_at)
-        first = Trainer(config, TINY, records, checkpointer=LocalCheckpointer(directory))
+        first = Trainer(config, TINY, records, checkpointer=DirectoryCheckpointer(directory))
         losses = first.train(should_stop=lambda first=first: first.step == stop_at)
         assert first.stopped and first.step == stop_at
         saved = sorted(p.name for p in directory.iterdir())
         assert saved[-1] == f"step_{stop_at:08d}.pt" and len(saved) == len(set(saved)) == 2
-        resumed = Trainer(config, TINY, records, checkpointer=LocalCheckpointer(directory))
+        resumed = Trainer(config, TINY, records, checkpointer=DirectoryCheckpointer(directory))
         assert losses + resumed.train() == expected
 
 

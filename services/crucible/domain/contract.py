@@ -15,12 +15,12 @@ MAX_TERMINATION_MESSAGE = 4096  # the kubelet keeps at most this many bytes
 def reference_workload(kind: str, spec: dict[str, Any]) -> str:
     """The module of the reference workload that runs a spec without a command."""
     if kind == "train":
-        return "crucible.workloads.train"
+        return "crucible.workloads.jobs.train"
     if kind == "eval":
-        return "crucible.workloads.eval"
+        return "crucible.workloads.jobs.eval"
     if (spec.get("policy") or {}).get("teacher"):
-        return "crucible.workloads.datagen"
-    return "crucible.workloads.rollout"
+        return "crucible.workloads.jobs.datagen"
+    return "crucible.workloads.jobs.rollout"
 
 
 def workload_env(

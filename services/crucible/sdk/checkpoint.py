@@ -137,7 +137,7 @@ class _Outcome:
         return self.checkpoint
 
 
-class Checkpointer:
+class CheckpointStore:
     """Saves and loads one run's checkpoints under `base_uri`; every rank must call both."""
 
     def __init__(
@@ -496,6 +496,39 @@ class Checkpointer:
                 f"{actual.digest} ({actual.size_bytes} of {checkpoint.size_bytes} bytes); it is "
                 "truncated or altered, so it is not loaded"
             )
+
+
+class RunCheckpointer:
+    """A training loop's checkpointer on a run's `CheckpointStore` (`Run.checkpointer()`),
+    the `save` / `wait` / `load` that `crucible.workloads.checkpoint.Checkpointer` asks for:
+    every save registered with `meta`, resuming from CRUCIBLE_RESUME_FROM or the run's latest.
+
+    With `async_save`, `save` returns once the state is copied to host memory; the store
+    writes and registers the checkpoint in the background and `wait()` (or the next save,
+    or `run.finish()`) blocks until it is registered.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        resume_from: str | None,
+        meta: Mapping[str, Any] | None = None,
+        async_save: bool = False,
+    ) -> None:
+        self.store = store
+        self.resume_from = resume_from
+        self.meta = dict(meta or {})
+        self.async_save = async_save
+
+    def save(self, step: int, state: Mapping[str, Any]) -> None:
+        self.store.save(step, state, async_save=self.async_save, meta=self.meta)
+
+    def wait(self) -> None:
+        self.store.wait()
+
+    def load(self, state: Mapping[str, Any]) -> int | None:
+        return self.store.load(state, self.resume_from)
 
 
 def _can_pin_memory() -> bool:

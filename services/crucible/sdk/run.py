@@ -23,7 +23,7 @@ from crucible.schemas.lineage import (
     EvalResultPublic,
 )
 from crucible.sdk import datasets, distributed
-from crucible.sdk.checkpoint import Checkpointer
+from crucible.sdk.checkpoint import CheckpointStore, RunCheckpointer
 from crucible.sdk.config import RunEnvironment
 from crucible.sdk.datasets import InputDataset
 from crucible.sdk.environment import current_environment
@@ -67,7 +67,7 @@ class Run:
         self._client = CrucibleClient.from_settings(settings)
         self._project: str | None = None
         self._finished = False
-        self._checkpointer = Checkpointer(
+        self._checkpoint_store = CheckpointStore(
             self._client, run_id=run_id, attempt=attempt, base_uri=checkpoint_uri
         )
         self._metrics: MetricShipper | None = None
@@ -143,11 +143,11 @@ class Run:
         (or the next save, or `finish()`) waits for them. A checkpoint still being written
         is never registered, so a crash meanwhile loses that checkpoint, not the last one.
         """
-        return self._checkpointer.save(step, state, async_save=async_save, meta=meta)
+        return self._checkpoint_store.save(step, state, async_save=async_save, meta=meta)
 
     def wait_for_checkpoint(self) -> CheckpointPublic | None:
         """Wait for an async save; its checkpoint on rank 0 (None on others or if none)."""
-        return self._checkpointer.wait()
+        return self._checkpoint_store.wait()
 
     def load_checkpoint(
         self, state: Mapping[str, Any], *, checkpoint_id: int | None = None
@@ -163,7 +163,17 @@ class Run:
         `CheckpointCorrupt`. Returns the step loaded, or None when there is nothing to
         resume from.
         """
-        return self._checkpointer.load(state, self._resume_from, checkpoint_id=checkpoint_id)
+        return self._checkpoint_store.load(state, self._resume_from, checkpoint_id=checkpoint_id)
+
+    def checkpointer(
+        self, *, meta: dict[str, Any] | None = None, async_save: bool = False
+    ) -> RunCheckpointer:
+        """A training loop's checkpointer on this run (what `crucible.workloads.train.Trainer`
+        takes): `save_checkpoint` with `meta` and `async_save` fixed, `load_checkpoint` and
+        `wait_for_checkpoint`, as an object."""
+        return RunCheckpointer(
+            self._checkpoint_store, resume_from=self._resume_from, meta=meta, async_save=async_save
+        )
 
     def get_checkpoint(self, checkpoint_id: int) -> CheckpointPublic:
         """A registered checkpoint's record (step, URI, digest, `meta`), of any run."""
@@ -257,7 +267,7 @@ class Run:
             self._finished = True
             atexit.unregister(self._finish_at_exit)
             try:
-                self._checkpointer.wait()
+                self._checkpoint_store.wait()
             finally:
                 if self._metrics is not None:
                     self._metrics.close(timeout)

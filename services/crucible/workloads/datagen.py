@@ -23,9 +23,3 @@ def teach(teacher: Teacher, problems: Sequence[Problem]) -> list[dict[str, Any]]
 def write_sft_dataset(path: Path | str, teacher: Teacher, problems: Sequence[Problem]) -> int:
     """Write the teacher's answers as JSONL; returns the record count."""
     return write_jsonl(path, teach(teacher, problems))
-
-
-if __name__ == "__main__":
-    from crucible.workloads.jobs.datagen import main
-
-    main()

@@ -236,9 +236,3 @@ def greedy_completions(
         completions.extend(tokenizer.decode(t) for t in generation.tokens)
     model.train(was_training)
     return completions
-
-
-if __name__ == "__main__":
-    from crucible.workloads.jobs.rollout import main
-
-    main()

@@ -3,7 +3,7 @@
 `Trainer.__init__` does all setup; `train()` -> `train_step()` -> `forward_backward_step()`
 reads top to bottom. Everything that decides the next batch is in `checkpoint_state()` (one
 `TrainerState`), so a run resumed from a checkpoint at step k continues exactly as if it had
-never stopped. `python -m crucible.workloads.train` runs it as a job (`jobs/train.py`).
+never stopped. `python -m crucible.workloads.jobs.train` runs it as a job.
 """
 
 import contextlib
@@ -503,9 +503,3 @@ def parallelize(config: TrainConfig, model: GPT, device: torch.device) -> nn.Mod
         return compiled
     device_ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(compiled, device_ids=device_ids)
-
-
-if __name__ == "__main__":
-    from crucible.workloads.jobs.train import main
-
-    main()

@@ -1,4 +1,4 @@
-"""`python -m crucible.workloads.datagen`: a teacher answers problems; the answers are
+"""`python -m crucible.workloads.jobs.datagen`: a teacher answers problems; the answers are
 published as an SFT dataset (JSONL of {"prompt", "completion"}).
 
 The RolloutJob's `policy` picks the teacher: `{teacher: "arithmetic-solver"}` (always
@@ -13,20 +13,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crucible.workloads.config import TaskConfig
-from crucible.workloads.jobs.runtime import (
-    ConfigError,
-    JobEnv,
-    fit_new_tokens,
-    load_model,
+from crucible.workloads.jobs.checkpoints import load_model
+from crucible.workloads.jobs.config import ConfigError
+from crucible.workloads.jobs.datasets import (
     output_path,
-    read_env,
     read_records,
     require_fields,
-    rollout_config,
-    run_job,
-    setup_torch,
     write_atomically,
 )
+from crucible.workloads.jobs.env import JobEnv, read_env
+from crucible.workloads.jobs.process import run_job, setup_torch
+from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, Teacher
 
 if TYPE_CHECKING:
@@ -124,3 +121,7 @@ def datagen() -> None:
     log.info("published %s: %d records from %s (%s)", version.ref, count, source, version.digest)
     run.log({"datagen/records": float(count)}, step=0)
     run.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""`python -m crucible.workloads.eval`: score one checkpoint on an eval suite.
+"""`python -m crucible.workloads.jobs.eval`: score one checkpoint on an eval suite.
 
 The checkpoint is CRUCIBLE_INPUTS.checkpoint; its meta gives the model shape and the task
 (config.task overrides fields, config.eval sets the problems). The scores are recorded
@@ -7,13 +7,10 @@ against the checkpoint (`run.record_eval`) and logged as metrics at its step.
 
 import logging
 
-from crucible.workloads.jobs.runtime import (
-    ConfigError,
-    load_model,
-    read_env,
-    run_job,
-    setup_torch,
-)
+from crucible.workloads.jobs.checkpoints import load_model
+from crucible.workloads.jobs.config import ConfigError
+from crucible.workloads.jobs.env import read_env
+from crucible.workloads.jobs.process import run_job, setup_torch
 
 log = logging.getLogger("crucible.workloads.eval")
 
@@ -77,3 +74,7 @@ def eval_job() -> None:
         result.num_problems,
     )
     run.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""`python -m crucible.workloads.rollout`: K scored samples per prompt from a policy
+"""`python -m crucible.workloads.jobs.rollout`: K scored samples per prompt from a policy
 checkpoint, published as a trajectories dataset for RL.
 
 The policy is CRUCIBLE_INPUTS.checkpoint (its model shape from the checkpoint's meta); the
@@ -6,7 +6,7 @@ prompts are the "prompt" fields of the first input dataset (at most
 `config.rollout.num_prompts`), or train-split problems of the task when there is none; the
 reward is `spec.reward.name`; K is `spec.samplesPerPrompt`, sampling `spec.sampling`. A
 RolloutJob whose policy is a built-in teacher is data generation: it runs
-`crucible.workloads.datagen`.
+`crucible.workloads.jobs.datagen`.
 """
 
 import logging
@@ -16,20 +16,17 @@ from statistics import fmean
 from typing import Any
 
 from crucible.workloads.jobs import datagen
-from crucible.workloads.jobs.runtime import (
-    ConfigError,
-    JobEnv,
-    fit_new_tokens,
-    load_model,
+from crucible.workloads.jobs.checkpoints import load_model
+from crucible.workloads.jobs.config import ConfigError
+from crucible.workloads.jobs.datasets import (
     output_path,
-    read_env,
     read_records,
     require_fields,
-    rollout_config,
-    run_job,
-    setup_torch,
     write_atomically,
 )
+from crucible.workloads.jobs.env import JobEnv, read_env
+from crucible.workloads.jobs.process import run_job, setup_torch
+from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
 
 log = logging.getLogger("crucible.workloads.rollout")
@@ -159,3 +156,7 @@ def rollout_job() -> None:
         mean_reward,
     )
     run.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""`python -m crucible.workloads.train`: SFT or RL on the run's input datasets.
+"""`python -m crucible.workloads.jobs.train`: SFT or RL on the run's input datasets.
 
 Checkpoints go through the SDK (DCP, registered with the model and task config in `meta`)
 every `spec.checkpoints.everySteps` and at the end, in the background with
@@ -12,20 +12,16 @@ from dataclasses import replace
 from typing import Any
 
 from crucible.workloads.config import ModelConfig, TaskConfig, TrainConfig
-from crucible.workloads.jobs.runtime import (
-    ConfigError,
-    JobEnv,
-    RunCheckpointer,
+from crucible.workloads.jobs.checkpoints import (
     checkpoint_meta,
     load_weights,
     model_config_from_meta,
     model_template,
-    read_env,
-    read_records,
-    require_fields,
-    run_job,
-    setup_torch,
 )
+from crucible.workloads.jobs.config import ConfigError
+from crucible.workloads.jobs.datasets import read_records, require_fields
+from crucible.workloads.jobs.env import JobEnv, read_env
+from crucible.workloads.jobs.process import run_job, setup_torch
 
 log = logging.getLogger("crucible.workloads.train")
 
@@ -85,7 +81,7 @@ def train() -> None:
         require_fields(
             records,
             ("prompt", "completion_tokens", "reward", "logprobs"),
-            "RL trains on trajectories from crucible.workloads.rollout",
+            "RL trains on trajectories from crucible.workloads.jobs.rollout",
         )
         if "samples_per_prompt" not in env.config.given.get("train", {}):
             config = replace(config, samples_per_prompt=_group_size(records))
@@ -109,7 +105,7 @@ def train() -> None:
         config,
         model_config,
         records,
-        checkpointer=RunCheckpointer(run, meta, async_save=config.checkpoint_async),
+        checkpointer=run.checkpointer(meta=meta, async_save=config.checkpoint_async),
         init_model_state=init_state,
         log=log_step,
         device=torch_setup.device,
@@ -148,3 +144,7 @@ def _group_size(records: list[dict[str, Any]]) -> int:
     """The K of a rollout dataset: the size of its groups (the trainer checks they agree)."""
     key = records[0].get("group", records[0]["prompt"])
     return sum(1 for r in records if r.get("group", r["prompt"]) == key)
+
+
+if __name__ == "__main__":
+    main()

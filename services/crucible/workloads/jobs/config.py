@@ -1,0 +1,246 @@
+"""CRUCIBLE_CONFIG, the spec's free-form `config`: JSON in, the library's config dataclasses
+out, or a ConfigError whose sentence names the bad path and value.
+
+Each section is checked by a pydantic model made from its dataclass in `workloads/config.py`
+(same fields, types and defaults, so the dataclass stays the one place the knobs are
+documented), keeping JSON's types apart: `1` is not `true` and `"10"` is not a number.
+"""
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, get_args, get_type_hints
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic import create_model as create_pydantic_model
+from pydantic_core import ErrorDetails
+
+from crucible.workloads.config import (
+    DatagenConfig,
+    EvalConfig,
+    ModelConfig,
+    RolloutConfig,
+    TaskConfig,
+    TrainConfig,
+    model_preset,
+)
+from crucible.workloads.tasks.arithmetic import ArithmeticTask
+
+DEFAULT_PRESET = "tiny"
+"""The model preset when `config.model` names none."""
+
+
+class ConfigError(Exception):
+    """A bad CRUCIBLE_CONFIG, CRUCIBLE_SPEC or CRUCIBLE_INPUTS: the job exits 2 with this
+    sentence, before any heavy work."""
+
+
+# -- the sections ----------------------------------------------------------------------------
+
+
+def _whole_number(value: Any) -> Any:
+    # JSON has one number type: 10.0 is the integer 10 (10.5 and true are still refused).
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+Count = Annotated[WholeNumber, Field(ge=1)]
+
+_JSON_TYPES: dict[Any, Any] = {
+    int: WholeNumber,
+    int | None: WholeNumber | None,
+    # JSON has lists, not tuples, and strict mode would take only a tuple.
+    tuple[str, ...]: Annotated[tuple[str, ...], Strict(False)],
+}
+
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def section_model(cls: type[Any], **job_fields: tuple[Any, Any]) -> type[BaseModel]:
+    """The keys a config section takes: `job_fields` (`name=(type, default)`: keys of the
+    job's own, or tighter types for the dataclass's), then the fields of dataclass `cls`."""
+    hints = get_type_hints(cls)
+    fields: dict[str, Any] = dict(job_fields)
+    for field in dataclasses.fields(cls):
+        annotation = hints[field.name]
+        fields.setdefault(field.name, (_JSON_TYPES.get(annotation, annotation), field.default))
+    model: type[BaseModel] = create_pydantic_model(
+        f"{cls.__name__}Section", __config__=_STRICT, **fields
+    )
+    return model
+
+
+SECTIONS: dict[str, type[BaseModel]] = {
+    "model": section_model(ModelConfig, preset=(str, DEFAULT_PRESET)),
+    "task": section_model(TaskConfig),
+    "train": section_model(TrainConfig),
+    "rollout": section_model(RolloutConfig, num_prompts=(Count | None, None)),
+    "eval": section_model(EvalConfig),
+    "datagen": section_model(DatagenConfig, num_prompts=(Count, DatagenConfig.num_prompts)),
+}
+"""`config` section -> the model of the keys it takes."""
+
+_OPTIONAL_SECTIONS: dict[str, Any] = {
+    name: (model, Field(default_factory=model)) for name, model in SECTIONS.items()
+}
+ConfigSections: type[BaseModel] = create_pydantic_model(
+    "ConfigSections", __config__=_STRICT, **_OPTIONAL_SECTIONS
+)
+"""CRUCIBLE_CONFIG as given: every section optional."""
+
+
+def validated(
+    model: type[BaseModel],
+    where: str,
+    value: Any,
+    *,
+    names: Mapping[str, str] | None = None,
+) -> BaseModel:
+    """`value` checked by `model`, or a ConfigError naming every bad key under `where`
+    (`names`: a top-level key -> the path to show for it instead)."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        errors = (_sentence(model, where, error, names or {}) for error in exc.errors())
+        raise ConfigError("; ".join(errors)) from None
+
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "true or false",
+    "float_type": "a number",
+    "string_type": "a string",
+    "tuple_type": "a list",
+    "model_type": "an object",
+}
+"""Pydantic's error type -> what the value must be, in the words of JSON."""
+
+
+def _sentence(
+    model: type[BaseModel], where: str, error: ErrorDetails, names: Mapping[str, str]
+) -> str:
+    loc = error["loc"]
+    if loc and loc[0] in names:
+        path, rest = names[str(loc[0])], loc[1:]
+    else:
+        path, rest = where, loc
+    path += "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in rest)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        owner = _model_at(model, loc[:-1])
+        what = "section" if owner is ConfigSections else "field"
+        return f"{path} is not a {what}; valid: {', '.join(owner.model_fields)}"
+    if kind == "literal_error":
+        choices = get_args(_model_at(model, loc[:-1]).model_fields[str(loc[-1])].annotation)
+        expected = "one of " + ", ".join(json.dumps(choice) for choice in choices)
+    elif kind == "greater_than_equal":
+        expected = f"at least {error.get('ctx', {}).get('ge')}"
+    elif kind in _EXPECTED:
+        expected = _EXPECTED[kind]
+    else:
+        return f"{path}: {error['msg']}"
+    return f"{path} must be {expected}, not {json.dumps(error['input'], default=repr)}"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel]:
+    """The model of the object at `loc` inside `model` (sections are nested models)."""
+    for part in loc:
+        annotation = model.model_fields[str(part)].annotation
+        assert isinstance(annotation, type)
+        assert issubclass(annotation, BaseModel)
+        model = annotation
+    return model
+
+
+# -- the config ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """CRUCIBLE_CONFIG parsed: every section built (defaults where absent) and validated."""
+
+    model: ModelConfig
+    task: TaskConfig
+    train: TrainConfig
+    rollout: RolloutConfig
+    eval: EvalConfig
+    datagen: DatagenConfig
+    rollout_num_prompts: int | None
+    """`config.rollout.num_prompts`: the most prompts a rollout samples (None: all)."""
+
+    given: Mapping[str, Mapping[str, Any]]
+    """The sections and fields as given (converted), to lay over a checkpoint's meta."""
+
+    def task_over(self, base: Mapping[str, Any] | None, where: str) -> TaskConfig:
+        """`base` (e.g. a checkpoint's `meta.task`, described by `where`) with the fields of
+        `config.task` on top."""
+        fields = given_fields(validated(SECTIONS["task"], where, base)) if base else {}
+        fields.update(self.given.get("task", {}))
+        return build_task(fields, "config.task")
+
+
+def parse_config(text: str | None) -> JobConfig:
+    parsed = validated(ConfigSections, "config", json_object("CRUCIBLE_CONFIG", text))
+    sections: dict[str, BaseModel] = dict(parsed)
+    rollout = sections["rollout"].model_dump()
+    return JobConfig(
+        model=build_model_config(sections["model"], "config.model"),
+        task=build_task(sections["task"].model_dump(), "config.task"),
+        train=_build(TrainConfig, "config.train", sections["train"].model_dump()),
+        rollout=_build(RolloutConfig, "config.rollout", rollout, exclude=("num_prompts",)),
+        eval=_build(EvalConfig, "config.eval", sections["eval"].model_dump()),
+        datagen=_build(DatagenConfig, "config.datagen", sections["datagen"].model_dump()),
+        rollout_num_prompts=rollout["num_prompts"],
+        given={name: given_fields(sections[name]) for name in parsed.model_fields_set},
+    )
+
+
+def given_fields(section: BaseModel) -> dict[str, Any]:
+    """The fields of a validated section that its JSON gave."""
+    return section.model_dump(exclude_unset=True)
+
+
+def build_model_config(section: BaseModel, where: str) -> ModelConfig:
+    """The preset of a validated model section with the fields it gives on top."""
+    fields = given_fields(section)
+    preset = fields.pop("preset", DEFAULT_PRESET)
+    try:
+        return model_preset(preset, **fields)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def build_task(fields: Mapping[str, Any], where: str) -> TaskConfig:
+    """The task of `fields`, refused (naming `where`) unless the task can draw from it."""
+    task: TaskConfig = _build(TaskConfig, where, fields)
+    try:
+        ArithmeticTask(task)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return task
+
+
+def _build(
+    cls: type[Any], where: str, fields: Mapping[str, Any], *, exclude: tuple[str, ...] = ()
+) -> Any:
+    """Dataclass `cls` of checked `fields` (but those in `exclude`, the job's own); what its
+    `__post_init__` refuses names `where`."""
+    try:
+        return cls(**{name: value for name, value in fields.items() if name not in exclude})
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def json_object(variable: str, text: str | None) -> dict[str, Any]:
+    """The JSON object in environment variable `variable` ({} when unset or blank)."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{variable} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{variable} must be a JSON object, not {json.dumps(value)}")
+    return value

@@ -1,0 +1,59 @@
+"""The records a job reads from its input datasets and the files it writes to publish one."""
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crucible.workloads.jobs.config import ConfigError
+
+if TYPE_CHECKING:
+    from crucible.sdk import Run
+
+log = logging.getLogger("crucible.workloads")
+
+
+def read_records(run: "Run", refs: Sequence[str]) -> list[dict[str, Any]]:
+    """Every record of the input datasets (JSONL files, or directories of them), in order;
+    each dataset is resolved and digest-checked by the SDK and recorded as an input."""
+    from crucible.workloads.data import read_jsonl
+
+    records: list[dict[str, Any]] = []
+    for ref in refs:
+        dataset = run.input_dataset(ref)
+        path = dataset.path
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*.jsonl"))
+        if not files:
+            raise ConfigError(f"dataset {dataset.version.ref} has no .jsonl files under {path}")
+        before = len(records)
+        for file in files:
+            records.extend(read_jsonl(file))
+        log.info("dataset %s: %d records from %s", dataset.version.ref, len(records) - before, path)
+    return records
+
+
+def require_fields(records: Sequence[dict[str, Any]], fields: Iterable[str], what: str) -> None:
+    for number, record in enumerate(records, start=1):
+        missing = [f for f in fields if f not in record]
+        if missing:
+            raise ConfigError(
+                f"record {number} of the input datasets has no {', '.join(missing)} field; {what}"
+            )
+
+
+def output_path(run: "Run", name: str) -> Path:
+    """Where a job writes the dataset `name` it publishes: a file of its own per attempt
+    under $CRUCIBLE_HOME/runs/<run>/outputs/, so that a retry never rewrites the files of a
+    version an earlier attempt published."""
+    suffix = f".attempt-{run.attempt}" if run.attempt is not None else ""
+    return run.outputs_dir / f"{name}{suffix}.jsonl"
+
+
+def write_atomically(path: Path, write: Callable[[Path], int]) -> int:
+    """Run `write` (which writes a file and returns its record count) on a temporary name
+    and move the file into place: a crash leaves no half file under the final name."""
+    partial = path.with_name(path.name + ".partial")
+    count = write(partial)
+    os.replace(partial, path)
+    return count
