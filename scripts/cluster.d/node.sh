@@ -80,7 +80,12 @@ extendedKeyUsage=clientAuth" \
 node_network() {  # the bridge, with the host's address on it, before anything binds to it
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge \
     || die "cannot create bridge $BRIDGE (needs root and the bridge driver)"
-  ip addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_IP/" || ip addr add "$BRIDGE_IP/24" dev "$BRIDGE"
+  # Not `| grep -q`: under pipefail, grep quitting at the first match can SIGPIPE `ip` and
+  # read as "no address", and adding it again fails ("Address already assigned").
+  local addresses
+  addresses="$(ip -4 addr show dev "$BRIDGE")"
+  [[ "$addresses" == *"inet $BRIDGE_IP/"* ]] || ip addr add "$BRIDGE_IP/24" dev "$BRIDGE" \
+    || die "cannot put $BRIDGE_IP on bridge $BRIDGE"
   ip link set "$BRIDGE" up
   # Service traffic between pods crosses the bridge: let iptables see it (kube-proxy).
   [[ -w /proc/sys/net/bridge/bridge-nf-call-iptables ]] && echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables

@@ -79,3 +79,8 @@ def test_datagen_writes_the_teachers_answers(tmp_path) -> None:
     assert count == len(records) == 20
     assert [r["prompt"] for r in records] == [p.prompt for p in problems]
     assert all(r["completion"] == solve(r["prompt"]) for r in records)
+
+
+def test_an_unknown_split_is_refused_rather_than_drawn_forever(one_digit_task) -> None:
+    with pytest.raises(ValueError, match="unknown split 'eval'; one of train, held_out"):
+        one_digit_task.sample("eval", 4, seed=0)  # type: ignore[arg-type]

@@ -2,7 +2,9 @@
 inputs. (test_jobs.py runs the jobs themselves.)"""
 
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from crucible.workloads.jobs.config import ConfigError, parse_config
 from crucible.workloads.jobs.env import Inputs, parse_inputs, read_env
 from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
 from crucible.workloads.jobs.train import train_config
+from crucible.workloads.model_spec import ModelSpec
 
 
 def env_of(config: object = None, spec: object = None, inputs: object = None) -> dict[str, str]:
@@ -25,7 +28,7 @@ def env_of(config: object = None, spec: object = None, inputs: object = None) ->
 
 def test_no_config_is_the_defaults() -> None:
     config = parse_config(None)
-    assert config.model == model_preset("tiny") == ModelConfig()
+    assert config.model == ModelSpec(gpt=model_preset("tiny")) == ModelSpec(gpt=ModelConfig())
     assert config.task == TaskConfig()
     assert config.train.steps == 300 and config.datagen.num_prompts == 2000
     assert config.rollout_num_prompts is None
@@ -43,7 +46,7 @@ def test_sections_are_converted_to_their_dataclasses() -> None:
             }
         )
     )
-    assert config.model == ModelConfig(n_layer=2, n_head=4, d_model=128, max_seq_len=64)
+    assert config.model.gpt == ModelConfig(n_layer=2, n_head=4, d_model=128, max_seq_len=64)
     assert config.task.operators == ("+", "*")
     assert config.train.lr == 1.0 and isinstance(config.train.lr, float)
     assert config.train.steps == 10 and isinstance(config.train.steps, int)
@@ -62,7 +65,10 @@ def test_sections_are_converted_to_their_dataclasses() -> None:
             "grad_accum_steps, lr,",
         ),
         ({"trian": {}}, "config.trian is not a section; valid: model, task, train, rollout, eval"),
-        ({"model": {"layers": 2}}, "config.model.layers is not a field; valid: preset, n_layer"),
+        (
+            {"model": {"layers": 2}},
+            "config.model.layers is not a field; valid: preset, hf, tokenizer, n_layer",
+        ),
         (
             {"rollout": {"num_promptz": 2}},
             "config.rollout.num_promptz is not a field; valid: num_prompts, temperature",
@@ -131,10 +137,10 @@ def test_a_checkpoints_task_with_the_config_on_top() -> None:
 
 def test_new_tokens_are_cut_to_the_models_context() -> None:
     model = model_preset("tiny")  # 64 positions
-    assert fit_new_tokens(8, model, ["12+34="]) == 8
-    assert fit_new_tokens(64, model, ["12+34="]) == 64 - 7  # BOS and 6 bytes
+    assert fit_new_tokens(8, model.max_seq_len, [len("12+34=") + 1]) == 8
+    assert fit_new_tokens(64, model.max_seq_len, [len("12+34=") + 1]) == 64 - 7  # BOS, 6 bytes
     with pytest.raises(ConfigError, match="leaves no room"):
-        fit_new_tokens(4, model, ["1" * 70])
+        fit_new_tokens(4, model.max_seq_len, [71])
 
 
 @pytest.mark.parametrize(
@@ -188,3 +194,11 @@ def test_a_bad_spec_is_refused_before_any_work(
     with pytest.raises(ConfigError) as raised:
         job()
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_every_config_in_docs_workloads_md_is_accepted() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
+    blocks = re.findall(r"```json\n(.*?)```", docs.read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        parse_config(block)

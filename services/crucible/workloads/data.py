@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.workloads.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Batch:
         )
 
 
-def encode_sft(tokenizer: ByteTokenizer, prompt: str, completion: str) -> Example:
+def encode_sft(tokenizer: Tokenizer, prompt: str, completion: str) -> Example:
     prompt_tokens = tokenizer.encode(prompt, bos=True)
     return Example(
         tokens=prompt_tokens + tokenizer.encode(completion, eos=True),

@@ -8,10 +8,10 @@ import torch.nn.functional as F
 
 from crucible.workloads.config import EvalConfig
 from crucible.workloads.data import collate, encode_sft
-from crucible.workloads.model import GPT
+from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.rollout import greedy_completions
 from crucible.workloads.tasks.arithmetic import Problem
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.workloads.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(
-    model: GPT,
-    tokenizer: ByteTokenizer,
+    model: LanguageModel,
+    tokenizer: Tokenizer,
     problems: Sequence[Problem],
     config: EvalConfig,
 ) -> EvalResult:
@@ -39,7 +39,7 @@ def evaluate(
         raise ValueError("no problems to evaluate; check the task's held-out split")
     was_training = model.training
     model.eval()
-    device = model.wte.weight.device
+    device = next(model.parameters()).device
     loss_sum = 0.0
     token_count = 0.0
     for start in range(0, len(problems), config.batch_size):

@@ -17,42 +17,14 @@ gradient checkpointing.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-"""What a model directory must hold besides config.json (safetensors only: a pickled
-`pytorch_model.bin` can run code when loaded, so it is refused)."""
-
-
-class ModelSourceError(ValueError):
-    """A model directory or architecture that cannot give a model; the message names it."""
-
-
-@dataclass(frozen=True)
-class HFModelSource:
-    """Where a Hugging Face model comes from: a directory, or an architecture and its config."""
-
-    path: str | None = None
-    """A local Hugging Face model directory (config.json and safetensors weights)."""
-
-    architecture: str | None = None
-    """A transformers `model_type` ("llama", "qwen2", "gpt2", ...) to build with random
-    weights from `config`; exclusive with `path`."""
-
-    config: Mapping[str, Any] = field(default_factory=dict)
-    """The architecture's config fields (e.g. hidden_size, num_hidden_layers); with `path`,
-    fields that override the directory's config.json (e.g. a longer max_position_embeddings
-    is refused by the weights, a dropout is not)."""
-
-    def __post_init__(self) -> None:
-        if (self.path is None) == (self.architecture is None):
-            raise ModelSourceError("a Hugging Face model needs exactly one of path or architecture")
+from crucible.workloads.model import GPT
+from crucible.workloads.model_spec import WEIGHT_FILES, HFModelSource, ModelSourceError
 
 
 class HFCache:
@@ -153,14 +125,17 @@ def quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
-def build_hf_model(source: HFModelSource, *, device: torch.device | str = "cpu") -> HFCausalLM:
+def build_hf_model(
+    source: HFModelSource, *, device: torch.device | str = "cpu", weights: bool = True
+) -> HFCausalLM:
     """The model `source` names, in float32 on `device` (the trainer's autocast and FSDP's
-    mixed precision choose the compute dtype, as for the GPT)."""
+    mixed precision choose the compute dtype, as for the GPT). weights=False: a directory's
+    architecture with random weights (for shapes, or to load a checkpoint into)."""
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
     config = hf_config(source)
-    if source.path is not None:
+    if source.path is not None and weights:
         inner = AutoModelForCausalLM.from_pretrained(
             source.path,
             config=config,
@@ -220,3 +195,7 @@ def _max_positions(hf_config: Any) -> int:
         if isinstance(value, int) and value > 0:
             return value
     raise ModelSourceError(f"{type(hf_config).__name__} names no maximum sequence length")
+
+
+LanguageModel = GPT | HFCausalLM
+"""What the generators, evals and the trainer run: the built-in GPT or a Hugging Face model."""

@@ -148,6 +148,11 @@ class GPT(nn.Module):
             cache.length = total
         return self.lm_head(self.ln_f(x))  # type: ignore[no-any-return]
 
+    @property
+    def max_seq_len(self) -> int:
+        """Longest sequence the model takes (as `HFCausalLM.max_seq_len`)."""
+        return self.config.max_seq_len
+
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         weight = self.wte.weight
         return KVCache(

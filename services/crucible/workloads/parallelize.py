@@ -1,20 +1,21 @@
-"""Ways to spread and slim a GPT for training: FSDP2 sharding, activation checkpointing,
-compilation. Each `apply_*` changes the model in place (or wraps it) and is a no-op when its
-option is off; the trainer and the GPU benchmarks build models through the same functions.
+"""Ways to spread and slim a model (the built-in GPT or a Hugging Face one) for training:
+FSDP2 sharding, activation checkpointing, compilation. Each `apply_*` changes the model in
+place (or wraps it) and is a no-op when its option is off; the trainer and the GPU
+benchmarks build models through the same functions.
 """
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from crucible.workloads.model import GPT
+from crucible.workloads.hf_model import LanguageModel
 
 
-def apply_activation_checkpointing(model: GPT, enabled: bool) -> None:
+def apply_activation_checkpointing(model: LanguageModel, enabled: bool) -> None:
     model.activation_checkpointing = enabled
 
 
-def apply_fsdp(model: GPT, *, param_dtype: torch.dtype | None) -> None:
+def apply_fsdp(model: LanguageModel, *, param_dtype: torch.dtype | None) -> None:
     """Shard `model` over the default process group with FSDP2 (`fully_shard`).
 
     Each block is its own unit, so only one block's full weights exist at a time and its
@@ -32,7 +33,7 @@ def apply_fsdp(model: GPT, *, param_dtype: torch.dtype | None) -> None:
     fully_shard(model, mp_policy=policy)
 
 
-def compile_blocks(model: GPT) -> None:
+def compile_blocks(model: LanguageModel) -> None:
     """Compile each block on its own: FSDP's hooks sit between blocks, so per-block graphs
     keep them out of the compiled code (torchtitan's recipe)."""
     for block in model.blocks:

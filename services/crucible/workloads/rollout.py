@@ -16,8 +16,9 @@ from torch import Tensor
 from crucible.workloads.config import RolloutConfig
 from crucible.workloads.data import write_jsonl
 from crucible.workloads.generate import Generation, fast_generator
+from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.model import GPT
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.workloads.tokenizer import Tokenizer
 
 RewardFn = Callable[[str, str], float]
 """(prompt, completion) -> reward."""
@@ -61,7 +62,7 @@ def sample_next(
 
 @torch.no_grad()
 def generate(
-    model: GPT,
+    model: LanguageModel,
     prompts: Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
@@ -72,7 +73,7 @@ def generate(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
 ) -> Generation:
-    device = model.wte.weight.device
+    device = next(model.parameters()).device
     batch = len(prompts)
     prompt_len = max(len(p) for p in prompts)
     tokens = torch.full((batch, prompt_len), pad_id, dtype=torch.long, device=device)
@@ -111,8 +112,8 @@ def generate(
 
 
 def rollout(
-    model: GPT,
-    tokenizer: ByteTokenizer,
+    model: LanguageModel,
+    tokenizer: Tokenizer,
     prompts: Sequence[str],
     reward_fn: RewardFn,
     config: RolloutConfig,
@@ -122,15 +123,17 @@ def rollout(
     """`config.samples_per_prompt` scored samples for each prompt, grouped by prompt.
 
     static: generate with `generate.fast_generator` (a static KV cache, the decode step
-    replayed as a CUDA graph) instead of `generate` above; by default on CUDA only. The
+    replayed as a CUDA graph) instead of `generate` above; by default for the built-in GPT
+    on CUDA only. The
     static path samples from the default generators, seeded here from `config.seed`.
     """
     was_training = model.training
     model.eval()
-    device = model.wte.weight.device
+    device = next(model.parameters()).device
     k = config.samples_per_prompt
     encoded = [tokenizer.encode(p, bos=True) for p in prompts]
-    if static if static is not None else device.type == "cuda":
+    # The static path is the built-in GPT's (it calls the blocks itself).
+    if isinstance(model, GPT) and (static if static is not None else device.type == "cuda"):
         torch.manual_seed(config.seed)  # also seeds every CUDA device's generator
         fast = fast_generator(
             model,
@@ -192,8 +195,8 @@ class ModelTeacher:
 
     def __init__(
         self,
-        model: GPT,
-        tokenizer: ByteTokenizer,
+        model: LanguageModel,
+        tokenizer: Tokenizer,
         *,
         max_new_tokens: int = 8,
         batch_size: int = 64,
@@ -214,8 +217,8 @@ class ModelTeacher:
 
 
 def greedy_completions(
-    model: GPT,
-    tokenizer: ByteTokenizer,
+    model: LanguageModel,
+    tokenizer: Tokenizer,
     prompts: Sequence[str],
     *,
     max_new_tokens: int,

@@ -1,6 +1,21 @@
 """A byte-level tokenizer: ids 0-255 are bytes, then a few special tokens. No downloads."""
 
 from collections.abc import Sequence
+from typing import Protocol
+
+
+class Tokenizer(Protocol):
+    """What the workloads ask of a tokenizer: this module's `ByteTokenizer`, or a Hugging
+    Face tokenizer (`hf_tokenizer.HFTokenizer`)."""
+
+    BOS: int
+    EOS: int
+    PAD: int
+    vocab_size: int
+
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]: ...
+
+    def decode(self, tokens: Sequence[int]) -> str: ...
 
 
 class ByteTokenizer:

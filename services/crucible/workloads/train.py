@@ -7,6 +7,7 @@ never stopped. `python -m crucible.workloads.jobs.train` runs it as a job.
 """
 
 import contextlib
+import copy
 import json
 import math
 import random
@@ -28,14 +29,15 @@ from crucible.workloads.checkpoint import Checkpointer, Stateful
 from crucible.workloads.config import ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Example, Sampler, collate, encode_sft
 from crucible.workloads.fp8 import convert_to_float8, float8_stats
-from crucible.workloads.model import GPT, build_model
+from crucible.workloads.hf_model import LanguageModel
+from crucible.workloads.model_spec import ModelSpec, as_model_spec
 from crucible.workloads.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
     compile_blocks,
     compile_model,
 )
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.workloads.tokenizer import Tokenizer
 
 MetricsFn = Callable[[int, dict[str, float]], None]
 """Receives (step, metrics) after every step; the run SDK's `run.log` fits."""
@@ -49,7 +51,7 @@ class Trainer:
     def __init__(
         self,
         config: TrainConfig,
-        model_config: ModelConfig,
+        model: ModelConfig | ModelSpec,
         records: Sequence[dict[str, Any]],
         *,
         checkpointer: Checkpointer | None = None,
@@ -57,7 +59,8 @@ class Trainer:
         log: MetricsFn | None = None,
         device: torch.device | None = None,
     ) -> None:
-        """records: SFT {"prompt", "completion"}, or RL trajectories from `rollout.py`.
+        """model: the built-in GPT's shape, or a ModelSpec (a Hugging Face model too).
+        records: SFT {"prompt", "completion"}, or RL trajectories from `rollout.py`.
         init_model_state: weights to start from (RL requires the SFT checkpoint's)."""
         self.config = config
         self.checkpointer = checkpointer
@@ -68,14 +71,15 @@ class Trainer:
         self.micro_batch_size = _micro_batch_size(config, self.world_size)
         seed_everything(config.seed)
 
-        self.tokenizer = ByteTokenizer()
+        self.model_spec = as_model_spec(model)
+        self.tokenizer = self.model_spec.build_tokenizer()
         # An item is one sequence in SFT and one group of K samples in RL.
         self.items = build_items(config, self.tokenizer, records)
         self.sampler = Sampler(len(self.items), seed=config.seed)
 
         if config.mode == "rl" and init_model_state is None:
             raise ValueError("RL mode starts from a policy: pass the SFT checkpoint's weights")
-        self.raw_model = build_model(model_config, device=self.device)
+        self.raw_model = self.model_spec.build(device=self.device)
         if init_model_state is not None:
             self.raw_model.load_state_dict(init_model_state)
         self.reference = maybe_build_reference(config, self.raw_model)
@@ -275,7 +279,7 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
 
 
 def build_items(
-    config: TrainConfig, tokenizer: ByteTokenizer, records: Sequence[dict[str, Any]]
+    config: TrainConfig, tokenizer: Tokenizer, records: Sequence[dict[str, Any]]
 ) -> list[list[Example]]:
     if not records:
         raise ValueError("the training dataset has no records")
@@ -285,7 +289,7 @@ def build_items(
 
 
 def build_rl_groups(
-    tokenizer: ByteTokenizer, records: Sequence[dict[str, Any]], samples_per_prompt: int
+    tokenizer: Tokenizer, records: Sequence[dict[str, Any]], samples_per_prompt: int
 ) -> list[list[Example]]:
     """Group trajectories by prompt and give each its GRPO advantage:
     (reward - group mean) / (group std + eps)."""
@@ -310,7 +314,7 @@ def build_rl_groups(
     return items
 
 
-def _rl_example(tokenizer: ByteTokenizer, record: dict[str, Any], advantage: float) -> Example:
+def _rl_example(tokenizer: Tokenizer, record: dict[str, Any], advantage: float) -> Example:
     completion_tokens = record["completion_tokens"]
     logprobs = record.get("logprobs")
     if logprobs is None or len(logprobs) != len(completion_tokens):
@@ -448,12 +452,21 @@ def _as_tuples(value: Any) -> Any:
     return value
 
 
-def build_optimizer(config: TrainConfig, model: GPT, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(
+    config: TrainConfig, model: nn.Module, device: torch.device
+) -> torch.optim.Optimizer:
+    """AdamW with weight decay on the matmul weights only: not on embeddings (a tied head
+    is its embedding), norms or biases."""
+    embeddings = {
+        id(param)
+        for module in model.modules()
+        if isinstance(module, nn.Embedding)
+        for param in module.parameters()
+    }
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
-    for name, param in model.named_parameters():
-        is_embedding = name.startswith(("wte.", "wpe."))
-        (decay if param.dim() >= 2 and not is_embedding else no_decay).append(param)
+    for param in model.parameters():
+        (decay if param.dim() >= 2 and id(param) not in embeddings else no_decay).append(param)
     return torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": config.weight_decay},
@@ -479,17 +492,16 @@ def build_lr_scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer) ->
     return LambdaLR(optimizer, multiplier)
 
 
-def maybe_build_reference(config: TrainConfig, model: GPT) -> GPT | None:
+def maybe_build_reference(config: TrainConfig, model: LanguageModel) -> LanguageModel | None:
     """A frozen copy of the initial policy, kept only when the KL penalty is on."""
     if config.mode != "rl" or config.kl_coef == 0:
         return None
-    reference = build_model(model.config, device=model.wte.weight.device)
-    reference.load_state_dict(model.state_dict())
+    reference = copy.deepcopy(model)
     reference.requires_grad_(False)
     return reference.eval()
 
 
-def parallelize(config: TrainConfig, model: GPT, device: torch.device) -> nn.Module:
+def parallelize(config: TrainConfig, model: LanguageModel, device: torch.device) -> nn.Module:
     """The module the train step calls: `model` compiled and, with several ranks, sharded
     in place (FSDP) or wrapped (DDP)."""
     if config.fsdp and dist.is_initialized():

@@ -8,53 +8,59 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crucible.workloads.config import ModelConfig, TaskConfig
-from crucible.workloads.jobs.config import SECTIONS, ConfigError, build_model_config, validated
+from crucible.workloads.jobs.config import SECTIONS, ConfigError, build_model_spec, validated
+from crucible.workloads.model_spec import ModelSourceError, ModelSpec, as_model_spec
 
 if TYPE_CHECKING:
     import torch
 
     from crucible.schemas.lineage import CheckpointPublic
     from crucible.sdk import Run
-    from crucible.workloads.model import GPT
+    from crucible.workloads.hf_model import LanguageModel
+    from crucible.workloads.tokenizer import Tokenizer
 
 log = logging.getLogger("crucible.workloads")
 
 
-def checkpoint_meta(model: ModelConfig, task: TaskConfig, mode: str) -> dict[str, Any]:
+def checkpoint_meta(model: ModelConfig | ModelSpec, task: TaskConfig, mode: str) -> dict[str, Any]:
     """What a trainer checkpoint carries so that evals and rollouts can rebuild its model."""
-    return {"model": dataclasses.asdict(model), "task": dataclasses.asdict(task), "mode": mode}
+    meta_model = as_model_spec(model).to_meta()
+    return {"model": meta_model, "task": dataclasses.asdict(task), "mode": mode}
 
 
-def model_config_from_meta(checkpoint_id: int, meta: Mapping[str, Any]) -> ModelConfig | None:
-    """The model shape a trainer checkpoint was written with (its `meta.model`), if any."""
+def model_spec_from_meta(checkpoint_id: int, meta: Mapping[str, Any]) -> ModelSpec | None:
+    """The model a trainer checkpoint was written with (its `meta.model`), if any."""
     meta_model = meta.get("model")
     if meta_model is None:
         return None
     where = f"checkpoint {checkpoint_id} meta.model"
-    return build_model_config(validated(SECTIONS["model"], where, meta_model), where)
+    return build_model_spec(validated(SECTIONS["model"], where, meta_model), where)
 
 
-def model_config_of(record: "CheckpointPublic", fallback: ModelConfig | None) -> ModelConfig:
-    """The model shape of a checkpoint: its `meta.model`, else `fallback`."""
-    config = model_config_from_meta(record.id, record.meta) or fallback
-    if config is None:
+def model_spec_of(record: "CheckpointPublic", fallback: ModelSpec | None) -> ModelSpec:
+    """The model of a checkpoint: its `meta.model`, else `fallback`."""
+    spec = model_spec_from_meta(record.id, record.meta) or fallback
+    if spec is None:
         raise ConfigError(
-            f"checkpoint {record.id} has no model shape in its meta (it was not written by "
+            f"checkpoint {record.id} has no model in its meta (it was not written by "
             "crucible.workloads.jobs.train); give it as config.model"
         )
-    return config
+    return spec
 
 
-def model_template(config: ModelConfig) -> dict[str, "torch.Tensor"]:
-    """Empty CPU tensors shaped like the model's state dict, for DCP to load into, without
-    initialising a model."""
-    import torch
+def checked_tokenizer(spec: ModelSpec) -> "Tokenizer":
+    """The model's tokenizer, after reading what the model's files say of it (config.json,
+    the tokenizer's files): a model or tokenizer that cannot be used is a ConfigError, before
+    any weights are read."""
+    from crucible.workloads.hf_model import hf_config
+    from crucible.workloads.hf_tokenizer import TokenizerError
 
-    from crucible.workloads.model import GPT
-
-    with torch.device("meta"):
-        shapes = GPT(config).state_dict()
-    return {k: torch.empty(v.shape, dtype=v.dtype) for k, v in shapes.items()}
+    try:
+        if spec.hf is not None:
+            hf_config(spec.hf)
+        return spec.build_tokenizer()
+    except (ModelSourceError, TokenizerError) as exc:
+        raise ConfigError(f"config.model: {exc}") from None
 
 
 def load_weights(run: "Run", record: "CheckpointPublic", state: dict[str, "torch.Tensor"]) -> None:
@@ -70,15 +76,16 @@ def load_model(
     checkpoint_id: int,
     *,
     device: "torch.device",
-    fallback: ModelConfig | None = None,
-) -> tuple["GPT", "CheckpointPublic"]:
-    """The model of a registered trainer checkpoint (shape from its meta), in eval mode."""
-    from crucible.workloads.model import build_model
-
+    fallback: ModelSpec | None = None,
+) -> tuple["LanguageModel", "Tokenizer", "CheckpointPublic"]:
+    """The model of a registered trainer checkpoint (rebuilt from its meta) in eval mode,
+    its tokenizer, and the checkpoint."""
     record = run.get_checkpoint(checkpoint_id)
-    model = build_model(model_config_of(record, fallback), device=device)
+    spec = model_spec_of(record, fallback)
+    tokenizer = checked_tokenizer(spec)
+    model = spec.build(device=device)
     state = model.state_dict()
     load_weights(run, record, state)
     model.load_state_dict(state)
     log.info("model of checkpoint %d (run %d, step %d)", record.id, record.run_id, record.step)
-    return model.eval(), record
+    return model.eval(), tokenizer, record

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, get_args, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 from pydantic import create_model as create_pydantic_model
@@ -25,6 +25,7 @@ from crucible.workloads.config import (
     TrainConfig,
     model_preset,
 )
+from crucible.workloads.model_spec import HFModelSource, ModelSourceError, ModelSpec
 from crucible.workloads.tasks.arithmetic import ArithmeticTask
 
 DEFAULT_PRESET = "tiny"
@@ -71,8 +72,22 @@ def section_model(cls: type[Any], **job_fields: tuple[Any, Any]) -> type[BaseMod
     return model
 
 
+class HFSection(BaseModel):
+    """`config.model.hf`: a Hugging Face causal LM (`model_spec.HFModelSource`)."""
+
+    model_config = _STRICT
+    path: str | None = None
+    architecture: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
 SECTIONS: dict[str, type[BaseModel]] = {
-    "model": section_model(ModelConfig, preset=(str, DEFAULT_PRESET)),
+    "model": section_model(
+        ModelConfig,
+        preset=(str, DEFAULT_PRESET),
+        hf=(HFSection | None, None),
+        tokenizer=(str | None, None),
+    ),
     "task": section_model(TaskConfig),
     "train": section_model(TrainConfig),
     "rollout": section_model(RolloutConfig, num_prompts=(Count | None, None)),
@@ -148,6 +163,8 @@ def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMo
     """The model of the object at `loc` inside `model` (sections are nested models)."""
     for part in loc:
         annotation = model.model_fields[str(part)].annotation
+        if get_origin(annotation) is Union or type(annotation).__name__ == "UnionType":
+            annotation = next(a for a in get_args(annotation) if a is not type(None))
         assert isinstance(annotation, type)
         assert issubclass(annotation, BaseModel)
         model = annotation
@@ -161,7 +178,7 @@ def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMo
 class JobConfig:
     """CRUCIBLE_CONFIG parsed: every section built (defaults where absent) and validated."""
 
-    model: ModelConfig
+    model: ModelSpec
     task: TaskConfig
     train: TrainConfig
     rollout: RolloutConfig
@@ -186,7 +203,7 @@ def parse_config(text: str | None) -> JobConfig:
     sections: dict[str, BaseModel] = dict(parsed)
     rollout = sections["rollout"].model_dump()
     return JobConfig(
-        model=build_model_config(sections["model"], "config.model"),
+        model=build_model_spec(sections["model"], "config.model"),
         task=build_task(sections["task"].model_dump(), "config.task"),
         train=_build(TrainConfig, "config.train", sections["train"].model_dump()),
         rollout=_build(RolloutConfig, "config.rollout", rollout, exclude=("num_prompts",)),
@@ -202,12 +219,25 @@ def given_fields(section: BaseModel) -> dict[str, Any]:
     return section.model_dump(exclude_unset=True)
 
 
-def build_model_config(section: BaseModel, where: str) -> ModelConfig:
-    """The preset of a validated model section with the fields it gives on top."""
+def build_model_spec(section: BaseModel, where: str) -> ModelSpec:
+    """The model of a validated model section: a Hugging Face model when it gives `hf`,
+    else the built-in GPT of its preset with the fields it gives on top."""
     fields = given_fields(section)
+    hf = fields.pop("hf", None)
+    tokenizer = fields.pop("tokenizer", None)
+    if hf is not None:
+        if fields:
+            raise ConfigError(
+                f"{where}.hf names a Hugging Face model; the built-in GPT's "
+                f"{', '.join(sorted(fields))} do not apply to it"
+            )
+        try:
+            return ModelSpec(hf=HFModelSource(**hf), tokenizer=tokenizer)
+        except ModelSourceError as exc:
+            raise ConfigError(f"{where}.hf: {exc}") from None
     preset = fields.pop("preset", DEFAULT_PRESET)
     try:
-        return model_preset(preset, **fields)
+        return ModelSpec(gpt=model_preset(preset, **fields), tokenizer=tokenizer)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 

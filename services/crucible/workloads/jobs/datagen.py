@@ -27,7 +27,7 @@ from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, Teacher
 
 if TYPE_CHECKING:
-    from crucible.workloads.model import GPT
+    from crucible.workloads.hf_model import LanguageModel
 
 log = logging.getLogger("crucible.workloads.datagen")
 
@@ -69,19 +69,18 @@ def datagen() -> None:
     import crucible
     from crucible.workloads.data import write_jsonl
     from crucible.workloads.rollout import ModelTeacher
-    from crucible.workloads.tokenizer import ByteTokenizer
 
     torch_setup = setup_torch(distributed=False)
     if torch_setup.rank != 0:
         return  # one process does the work
     run = crucible.init()
     task_config: TaskConfig = env.config.task
-    model: GPT | None = None
+    model: LanguageModel | None = None
     if teacher_name is not None:
         source = f"teacher {teacher_name}"
     else:
         assert env.inputs.checkpoint is not None
-        model, record = load_model(
+        model, tokenizer, record = load_model(
             run, env.inputs.checkpoint, device=torch_setup.device, fallback=env.config.model
         )
         task_config = env.config.task_over(
@@ -106,8 +105,12 @@ def datagen() -> None:
         sampling = rollout_config(env)
         teacher = ModelTeacher(
             model,
-            ByteTokenizer(),
-            max_new_tokens=fit_new_tokens(sampling.max_new_tokens, model.config, prompts),
+            tokenizer,
+            max_new_tokens=fit_new_tokens(
+                sampling.max_new_tokens,
+                model.max_seq_len,
+                [len(tokenizer.encode(p, bos=True)) for p in prompts],
+            ),
             batch_size=sampling.batch_size,
         )
 

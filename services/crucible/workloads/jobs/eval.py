@@ -39,13 +39,12 @@ def eval_job() -> None:
     import crucible
     from crucible.workloads.evaluate import evaluate
     from crucible.workloads.tasks.arithmetic import ArithmeticTask
-    from crucible.workloads.tokenizer import ByteTokenizer
 
     torch_setup = setup_torch(distributed=False)
     if torch_setup.rank != 0:
         return  # one process does the work
     run = crucible.init()
-    model, record = load_model(
+    model, tokenizer, record = load_model(
         run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
     )
     task = ArithmeticTask(
@@ -53,7 +52,7 @@ def eval_job() -> None:
     )
     config = env.config.eval
     problems = task.sample("held_out", config.num_problems, seed=config.seed, unique=True)
-    result = evaluate(model, ByteTokenizer(), problems, config)
+    result = evaluate(model, tokenizer, problems, config)
     scores = {
         "accuracy": result.accuracy,
         "loss": result.loss,

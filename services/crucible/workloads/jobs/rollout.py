@@ -100,13 +100,12 @@ def rollout_job() -> None:
 
     import crucible
     from crucible.workloads.rollout import rollout, write_trajectories
-    from crucible.workloads.tokenizer import ByteTokenizer
 
     torch_setup = setup_torch(distributed=False)
     if torch_setup.rank != 0:
         return  # one process does the work
     run = crucible.init()
-    model, record = load_model(
+    model, tokenizer, record = load_model(
         run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
     )
     if torch_setup.device.type == "cuda":
@@ -128,10 +127,15 @@ def rollout_job() -> None:
     if not prompts:
         raise ConfigError("the prompts dataset has no records")
     config = replace(
-        config, max_new_tokens=fit_new_tokens(config.max_new_tokens, model.config, prompts)
+        config,
+        max_new_tokens=fit_new_tokens(
+            config.max_new_tokens,
+            model.max_seq_len,
+            [len(tokenizer.encode(p, bos=True)) for p in prompts],
+        ),
     )
 
-    trajectories = rollout(model, ByteTokenizer(), prompts, reward, config)
+    trajectories = rollout(model, tokenizer, prompts, reward, config)
     path = output_path(run, name)
     count = write_atomically(path, lambda p: write_trajectories(p, trajectories))
     rewards = [t.reward for t in trajectories]

@@ -5,7 +5,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from crucible.workloads.config import ModelConfig, RolloutConfig
+from crucible.workloads.config import RolloutConfig
 from crucible.workloads.jobs.config import SECTIONS, ConfigError, given_fields, validated
 from crucible.workloads.jobs.env import JobEnv
 
@@ -32,23 +32,22 @@ def rollout_config(env: JobEnv) -> RolloutConfig:
     return dataclasses.replace(env.config.rollout, **given_fields(checked))
 
 
-def fit_new_tokens(
-    max_new_tokens: int, model: ModelConfig, prompts: Sequence[str], *, bos: int = 1
-) -> int:
-    """`max_new_tokens`, cut so that the longest prompt plus its completion fits the model's
-    context (the spec's default of 64 new tokens does not fit a 64-position model)."""
-    longest = max((len(p.encode("utf-8")) + bos for p in prompts), default=0)
-    room = model.max_seq_len - longest
+def fit_new_tokens(max_new_tokens: int, max_seq_len: int, prompt_lengths: Sequence[int]) -> int:
+    """`max_new_tokens`, cut so that the longest prompt (`prompt_lengths`: tokens, BOS
+    included) plus its completion fits the model's context of `max_seq_len` positions (the
+    spec's default of 64 new tokens does not fit a 64-position model)."""
+    longest = max(prompt_lengths, default=0)
+    room = max_seq_len - longest
     if room < 1:
         raise ConfigError(
             f"a prompt of {longest} tokens leaves no room in the model's context of "
-            f"{model.max_seq_len} positions"
+            f"{max_seq_len} positions"
         )
     if max_new_tokens > room:
         log.info(
             "max_new_tokens %d cut to %d: the model's context is %d positions",
             max_new_tokens,
             room,
-            model.max_seq_len,
+            max_seq_len,
         )
     return min(max_new_tokens, room)

@@ -11,17 +11,18 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from crucible.workloads.config import ModelConfig, TaskConfig, TrainConfig
+from crucible.workloads.config import TaskConfig, TrainConfig
 from crucible.workloads.jobs.checkpoints import (
+    checked_tokenizer,
     checkpoint_meta,
     load_weights,
-    model_config_from_meta,
-    model_template,
+    model_spec_from_meta,
 )
 from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.jobs.datasets import read_records, require_fields
 from crucible.workloads.jobs.env import JobEnv, read_env
 from crucible.workloads.jobs.process import run_job, setup_torch
+from crucible.workloads.model_spec import ModelSpec
 
 log = logging.getLogger("crucible.workloads.train")
 
@@ -59,12 +60,15 @@ def train() -> None:
 
     torch_setup = setup_torch()
     run = crucible.init()
-    model_config, task_config = env.config.model, env.config.task
-    init_state = None
+    model_spec, task_config = env.config.model, env.config.task
+    record = None
     if env.inputs.checkpoint is not None:
         record = run.get_checkpoint(env.inputs.checkpoint)
-        model_config, task_config = _configs_from(record.id, record.meta, env)
-        init_state = model_template(model_config)
+        model_spec, task_config = _configs_from(record.id, record.meta, env)
+    checked_tokenizer(model_spec)  # a model or tokenizer that cannot be used exits 2 here
+    init_state = None
+    if record is not None:
+        init_state = model_spec.state_template()
         load_weights(run, record, init_state)
         if torch_setup.rank == 0:
             log.info(
@@ -86,7 +90,7 @@ def train() -> None:
         if "samples_per_prompt" not in env.config.given.get("train", {}):
             config = replace(config, samples_per_prompt=_group_size(records))
 
-    meta = checkpoint_meta(model_config, task_config, config.mode)
+    meta = checkpoint_meta(model_spec, task_config, config.mode)
 
     def log_step(step: int, metrics: dict[str, float]) -> None:
         run.log(metrics, step=step)
@@ -103,7 +107,7 @@ def train() -> None:
 
     trainer = Trainer(
         config,
-        model_config,
+        model_spec,
         records,
         checkpointer=run.checkpointer(meta=meta, async_save=config.checkpoint_async),
         init_model_state=init_state,
@@ -122,11 +126,11 @@ def train() -> None:
 
 def _configs_from(
     checkpoint_id: int, meta: dict[str, Any], env: JobEnv
-) -> tuple[ModelConfig, TaskConfig]:
-    """Model and task of a run initialised from a checkpoint: the checkpoint's shape unless
+) -> tuple[ModelSpec, TaskConfig]:
+    """Model and task of a run initialised from a checkpoint: the checkpoint's model unless
     config.model gives one (which must then match), and its task under config.task."""
     given = env.config.given
-    from_meta = model_config_from_meta(checkpoint_id, meta)
+    from_meta = model_spec_from_meta(checkpoint_id, meta)
     if from_meta is None:
         model = env.config.model
     elif "model" in given and env.config.model != from_meta:

@@ -9,7 +9,7 @@ import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from crucible.workloads.config import TaskConfig
 
@@ -91,6 +91,8 @@ class ArithmeticTask:
         unique=True draws without repetition (for evaluation) and returns fewer than `n`
         when the split holds fewer problems.
         """
+        if split not in get_args(Split):  # drawing for a split no prompt is in never ends
+            raise ValueError(f"unknown split {split!r}; one of {', '.join(get_args(Split))}")
         if unique and self.num_possible <= 100_000:
             pool = [p for p in self._all() if self.split_of(p.prompt) == split]
             # Reproducible task data, not secrets.
