@@ -16,25 +16,19 @@ from crucible.workloads.hf_model import (
     build_hf_model,
 )
 
+DECODER = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=264,
+    max_position_embeddings=64,
+)
+"""Llama and Qwen2 take the same config fields."""
 SMALL = {
-    "llama": dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=264,
-        max_position_embeddings=64,
-    ),
-    "qwen2": dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=264,
-        max_position_embeddings=64,
-    ),
+    "llama": DECODER,
+    "qwen2": DECODER,
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, vocab_size=264, n_positions=64),
 }
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from crucible.workloads.model import GPT
+from crucible.workloads.model import GPT, valid_positions
 from crucible.workloads.model_spec import WEIGHT_FILES, HFModelSource, ModelSourceError
 
 
@@ -95,7 +95,7 @@ class HFCausalLM(nn.Module):
             return self.inner(input_ids=tokens, use_cache=False).logits  # type: ignore[no-any-return]
         if key_valid is None:
             key_valid = torch.ones(batch, total, dtype=torch.bool, device=tokens.device)
-        positions = (key_valid.long().cumsum(1) - 1).clamp(min=0)[:, start:total]
+        positions = valid_positions(key_valid)[:, start:total]
         out = self.inner(
             input_ids=tokens,
             attention_mask=key_valid.long(),

@@ -136,7 +136,7 @@ class GPT(nn.Module):
         else:
             if key_valid is None:
                 key_valid = torch.ones(batch, total, dtype=torch.bool, device=tokens.device)
-            positions = (key_valid.long().cumsum(1) - 1).clamp(min=0)[:, start:total]
+            positions = valid_positions(key_valid)[:, start:total]
             attn_mask = _generation_mask(key_valid, start, seq)
         x = self.wte(tokens) + self.wpe(positions)
         for block in self.blocks:
@@ -162,6 +162,12 @@ class GPT(nn.Module):
             device=weight.device,
             dtype=weight.dtype,
         )
+
+
+def valid_positions(key_valid: Tensor) -> Tensor:
+    """(batch, total) position of each token counting valid tokens only, so a left-padded
+    prompt sees the positions an unpadded one would (padding sits at 0)."""
+    return (key_valid.long().cumsum(1) - 1).clamp(min=0)
 
 
 def _generation_mask(key_valid: Tensor, start: int, seq: int) -> Tensor:
