@@ -16,7 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/versions.env"
 
 # Bump when the build flags change so that cached binaries are rebuilt.
-BUILD_REV=1
+BUILD_REV=2
 
 export GOTOOLCHAIN=local   # never download a Go toolchain
 export CGO_ENABLED=0
@@ -30,9 +30,9 @@ source "$here/../lib/prereqs.sh"
 require check_go
 go_version="$(go env GOVERSION)"
 
-key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${go_version}_r${BUILD_REV}"
-# Binaries added later (kubelet, coredns) are built into the same folder when
-# missing, so adding one does not rebuild the rest.
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_coredns-${COREDNS_VERSION}_${go_version}_r${BUILD_REV}"
+# A binary added later is built into the same folder when missing, so adding one does
+# not rebuild the rest.
 cache_root="${CRUCIBLE_CACHE:-$HOME/.cache/crucible}"
 dest="$cache_root/k8s/$key"
 bin="$dest/bin"
@@ -41,7 +41,7 @@ case "${1:-}" in
   --key) echo "$key"; exit 0 ;;
   --bin-dir) echo "$bin"; exit 0 ;;
   --pause-source)
-    dir="$(cd "$here/k8s" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
+    dir="$(cd "$here/toolchain" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
       | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
     [[ -f "$dir/build/pause/linux/pause.c" ]] || die "no build/pause/linux/pause.c in k8s.io/kubernetes@${K8S_VERSION}"
     echo "$dir/build/pause/linux/pause.c"; exit 0 ;;
@@ -49,8 +49,8 @@ case "${1:-}" in
   *) die "unknown argument: $1" ;;
 esac
 
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-all_bins=("${k8s_bins[@]}" etcd kwok helm coredns weed)
+tool_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok helm coredns)
+all_bins=("${tool_bins[@]}" weed)
 
 missing() { local b; for b in "$@"; do [[ -x "$bin/$b" ]] || echo "$b"; done; }
 
@@ -89,70 +89,56 @@ build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 tmp="$dest/tmp"
 started=$SECONDS
 
-# --- kube-apiserver, kube-controller-manager, kube-scheduler, kubectl -------------------
-mapfile -t need < <(missing "${k8s_bins[@]}")
-if (( ${#need[@]} )); then
-  ver="${K8S_VERSION#v}"; major="${ver%%.*}"; rest="${ver#*.}"; minor="${rest%%.*}"
-  ld="-s -w"
+# --- Kubernetes, etcd, kwok, helm and CoreDNS: one module, one `go build` ----------------
+# One build of the whole graph, so that every package the tools share (client-go, gRPC,
+# protobuf, OpenTelemetry, ...) is compiled once; scripts/cluster.d/gen-wrapper.sh says why.
+# package_of BINARY: the main package that builds it.
+package_of() {
+  case "$1" in
+    etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
+    helm) echo helm.sh/helm/v3/cmd/helm ;;
+    coredns) echo crucible.dev/cluster/toolchain/coredns ;;
+    *) echo "k8s.io/kubernetes/cmd/$1" ;;
+  esac
+}
+# built_as BINARY: the name `go build -o DIR/` gives it (the last import path element, or
+# the one before a major-version suffix).
+built_as() { case "$1" in etcd) echo server ;; *) echo "$1" ;; esac; }
+
+# The linker stamps: `kubectl version`, `helm version`, `kwok --version`, CoreDNS's banner.
+# A -X for a package a binary does not link is ignored, so one set serves every binary.
+stamps() {
+  local ver="${K8S_VERSION#v}" major minor rest pkg ld="-s -w"
+  major="${ver%%.*}"; rest="${ver#*.}"; minor="${rest%%.*}"
   for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     ld+=" -X '$pkg.gitVersion=${K8S_VERSION}' -X '$pkg.gitMajor=${major}' -X '$pkg.gitMinor=${minor}'"
     ld+=" -X '$pkg.gitCommit=${K8S_GIT_COMMIT}' -X '$pkg.gitTreeState=clean' -X '$pkg.buildDate=${build_date}'"
   done
-  pkgs=(); for b in "${need[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-  log "downloading modules for k8s.io/kubernetes ${K8S_VERSION}"
-  (cd "$here/k8s" && retry "go mod download (kubernetes)" nice -n 10 go mod download) || die "could not download the Kubernetes modules"
-  log "building ${need[*]} (this takes a while on a cold cache; see docs/cluster.md)"
-  (cd "$here/k8s" && retry "go build (kubernetes)" gobuild build -trimpath -tags selinux,notest,grpcnotrace \
-      -ldflags "$ld" -o "$tmp/" "${pkgs[@]}") || die "building Kubernetes ${K8S_VERSION} failed"
-  for b in "${need[@]}"; do mv -f "$tmp/$b" "$bin/$b"; done
-fi
-
-# --- etcd ----------------------------------------------------------------------------------
-if [[ -n "$(missing etcd)" ]]; then
-  log "building etcd ${ETCD_VERSION}"
-  (cd "$here/etcd" && retry "go mod download (etcd)" nice -n 10 go mod download) || die "could not download the etcd modules"
-  (cd "$here/etcd" && retry "go build (etcd)" gobuild build -trimpath -ldflags "-s -w" \
-      -o "$tmp/etcd" go.etcd.io/etcd/server/v3) || die "building etcd ${ETCD_VERSION} failed"
-  mv -f "$tmp/etcd" "$bin/etcd"
-fi
-
-# --- kwok ------------------------------------------------------------------------------------
-if [[ -n "$(missing kwok)" ]]; then
-  log "building kwok ${KWOK_VERSION}"
-  ld="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+  ld+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
   ld+=" -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}"
-  retry "go install (kwok)" env GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ld" \
-      "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" || die "building kwok ${KWOK_VERSION} failed"
-  mv -f "$tmp/kwok" "$bin/kwok"
-fi
-
-# --- helm ------------------------------------------------------------------------------------
-if [[ -n "$(missing helm)" ]]; then
-  log "building helm ${HELM_VERSION}"
-  ld="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  ld+=" -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
   ld+=" -X helm.sh/helm/v3/internal/version.gitCommit=${HELM_GIT_COMMIT}"
   ld+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-  # Helm's Makefile also stamps the Kubernetes version of its client-go (from its go.mod).
-  helm_mod="$(retry "go mod download (helm go.mod)" go mod download -json "helm.sh/helm/v3@${HELM_VERSION}" \
-      | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')" || die "could not download helm ${HELM_VERSION}"
-  cg="$(awk '$1=="k8s.io/client-go"{print $2; exit}' "$helm_mod" 2>/dev/null || true)"
-  if [[ "$cg" =~ ^v0\.([0-9]+)\. ]]; then
-    for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-      ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=${BASH_REMATCH[1]}"
-    done
-  fi
-  retry "go install (helm)" env GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ld" \
-      "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" || die "building helm ${HELM_VERSION} failed"
-  mv -f "$tmp/helm" "$bin/helm"
-fi
+  # Helm's Makefile stamps the Kubernetes version of the client-go it is built with: here
+  # the toolchain's.
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X $pkg.k8sVersionMajor=${major} -X $pkg.k8sVersionMinor=${minor}"
+  done
+  ld+=" -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_VERSION}"
+  echo "$ld"
+}
 
-# --- coredns ---------------------------------------------------------------------------------
-if [[ -n "$(missing coredns)" ]]; then
-  log "building coredns ${COREDNS_VERSION}"
-  ld="-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_VERSION}"
-  retry "go install (coredns)" env GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ld" \
-      "github.com/coredns/coredns@${COREDNS_VERSION}" || die "building coredns ${COREDNS_VERSION} failed"
-  mv -f "$tmp/coredns" "$bin/coredns"
+mapfile -t need < <(missing "${tool_bins[@]}")
+if (( ${#need[@]} )); then
+  pkgs=(); for b in "${need[@]}"; do pkgs+=("$(package_of "$b")"); done
+  log "downloading modules (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}, CoreDNS ${COREDNS_VERSION})"
+  (cd "$here/toolchain" && retry "go mod download (toolchain)" nice -n 10 go mod download) \
+    || die "could not download the toolchain's modules"
+  log "building ${need[*]} (this takes a while on a cold cache; see docs/cluster.md)"
+  (cd "$here/toolchain" && retry "go build (toolchain)" gobuild build -trimpath -tags selinux,notest,grpcnotrace \
+      -ldflags "$(stamps)" -o "$tmp/" "${pkgs[@]}") || die "building the toolchain failed"
+  for b in "${need[@]}"; do mv -f "$tmp/$(built_as "$b")" "$bin/$b"; done
 fi
 
 # --- seaweedfs (weed: the test stack's S3 server, scripts/objectstore) -----------------------
