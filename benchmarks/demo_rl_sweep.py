@@ -22,7 +22,7 @@ from crucible.workloads.config import (
 )
 from crucible.workloads.datagen import teach
 from crucible.workloads.evaluate import evaluate
-from crucible.workloads.rollout import rollout
+from crucible.workloads.rollout import per_sample, rollout
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, exact_match_reward
 from crucible.workloads.train import Trainer
 
@@ -55,7 +55,7 @@ for seed, sft_lr, sft_steps, ndata in itertools.product((0, 1), (1e-3, 3e-3), (8
         sft.raw_model,
         sft.tokenizer,
         prompts,
-        exact_match_reward,
+        per_sample(exact_match_reward),
         RolloutConfig(
             samples_per_prompt=8, temperature=1.0, max_new_tokens=5, batch_size=64, seed=seed
         ),

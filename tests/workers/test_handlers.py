@@ -2,6 +2,7 @@
 wait for their producers, recovery by budget, exactly one eval per checkpoint and suite,
 the heartbeat watchdog. Messages are delivered by the same functions both worker modes use."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,16 @@ def test_each_checkpoint_gets_one_eval_per_suite_exactly_once(
         admin,
         "TrainingRun",
         "sft",
-        evals=[{"suite": "arithmetic", "config": {"eval": {"num_problems": 10}}}, {"suite": "A b"}],
+        evals=[
+            {"suite": "arithmetic", "config": {"eval": {"num_problems": 10}}},
+            {"suite": "team_evals.reasoning:gsm8k"},
+            {
+                "suite": "harness",
+                "image": "registry.example/team-evals:3",
+                "command": ["python", "-m", "team_evals.harness"],
+                "args": ["--shots", "5"],
+            },
+        ],
     )
     running(admin, run["id"])
     checkpoint = register_checkpoint(admin, run["id"], 100)
@@ -169,9 +179,20 @@ def test_each_checkpoint_gets_one_eval_per_suite_exactly_once(
     drain(app)
 
     evals = admin.get(f"{API}/runs", params={"kind": "eval"}).json()["items"]
-    assert len(evals) == 2
+    assert len(evals) == 3
     by_suite = {e["manifest"]["spec"]["suite"]: e for e in evals}
-    assert set(by_suite) == {"arithmetic", "A b"}
+    assert set(by_suite) == {"arithmetic", "team_evals.reasoning:gsm8k", "harness"}
+    # An import path is no DNS label: the name is its slug and a digest.
+    assert re.fullmatch(
+        rf"sft-c{checkpoint['id']}-team-evals-reasoning-gsm8k-[0-9a-f]{{4}}",
+        by_suite["team_evals.reasoning:gsm8k"]["name"],
+    )
+    # A team's own harness: its image and command, not the reference eval workload's.
+    harness = by_suite["harness"]["manifest"]["spec"]
+    assert harness["image"] == "registry.example/team-evals:3"
+    assert harness["command"] == ["python", "-m", "team_evals.harness"]
+    assert harness["args"] == ["--shots", "5"]
+    assert by_suite["arithmetic"]["manifest"]["spec"].get("command", []) == []
     spec = by_suite["arithmetic"]["manifest"]["spec"]
     assert spec["checkpoint"] == {"id": checkpoint["id"], "checkpoint": "latest"}
     assert spec["config"] == {"eval": {"num_problems": 10}}

@@ -14,7 +14,7 @@ from crucible.workloads.data import read_jsonl
 from crucible.workloads.evaluate import evaluate
 from crucible.workloads.hf_model import HFCausalLM
 from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.rollout import rollout, write_trajectories
+from crucible.workloads.rollout import per_sample, rollout, write_trajectories
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
 from crucible.workloads.train import Trainer
 from tests.workloads.test_hf_model import SMALL
@@ -64,7 +64,9 @@ def test_sft_rollouts_rl_and_eval_with_a_trained_tokenizer(
 
     prompts = [p.prompt for p in one_digit_task.sample("train", 8, seed=9, unique=True)]
     sampling = RolloutConfig(samples_per_prompt=4, temperature=1.5, max_new_tokens=4, seed=0)
-    trajectories = rollout(sft.raw_model, sft.tokenizer, prompts, exact_match_reward, sampling)
+    trajectories = rollout(
+        sft.raw_model, sft.tokenizer, prompts, per_sample(exact_match_reward), sampling
+    )
     write_trajectories(tmp_path / "rollouts.jsonl", trajectories)
     records = list(read_jsonl(tmp_path / "rollouts.jsonl"))
     assert len(records) == 32 and all(

@@ -150,14 +150,15 @@ def test_new_tokens_are_cut_to_the_models_context() -> None:
             datagen.datagen,
             {"policy": {"teacher": "oracle"}, "output": "x"},
             None,
-            "spec.policy.teacher 'oracle' is not a built-in teacher; known: arithmetic-solver",
+            "spec.policy.teacher 'oracle' is neither a built-in teacher (arithmetic-solver) nor an "
+            "import path",
         ),
         (datagen.datagen, {"policy": {"teacher": "arithmetic-solver"}}, None, "spec.output"),
         (
             rollout.rollout_job,
             {"policy": {"checkpoint": {"id": 1}}, "output": "x", "reward": {"name": "f1"}},
             {"checkpoint": 1},
-            "spec.reward.name 'f1' is unknown; known: exact_match",
+            "spec.reward.name 'f1' is neither a built-in reward (exact_match) nor an import path",
         ),
         (
             rollout.rollout_job,
@@ -169,7 +170,7 @@ def test_new_tokens_are_cut_to_the_models_context() -> None:
             eval_jobs.eval_job,
             {"suite": "mmlu"},
             {"checkpoint": 1},
-            "spec.suite 'mmlu' is not an eval suite of crucible.workloads.eval; known: arithmetic",
+            "spec.suite 'mmlu' is neither a built-in eval suite (arithmetic) nor an import path",
         ),
         (
             train.train,

@@ -62,7 +62,9 @@ class Finished:
 class Job:
     """One workload process; a thread collects its output so the pipe never fills."""
 
-    def __init__(self, module: str, env: dict[str, str], label: str) -> None:
+    def __init__(
+        self, module: str, env: dict[str, str], label: str, cwd: Path | None = None
+    ) -> None:
         self.module = module
         self.label = label
         self.lines: list[str] = []
@@ -75,6 +77,7 @@ class Job:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            cwd=cwd,  # the run's workingDir, as the executor starts it
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -152,6 +155,7 @@ class Platform:
         attempt: int = 1,
         resume_from: int | None = None,
         label: str = "",
+        cwd: Path | None = None,
     ) -> Job:
         spec = self.api.get_run(run_id).manifest["spec"]  # as stored: defaults filled in
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
@@ -170,7 +174,7 @@ class Platform:
         }
         if resume_from is not None:
             env["CRUCIBLE_RESUME_FROM"] = str(resume_from)
-        job = Job(module, env, label or module)
+        job = Job(module, env, label or module, cwd)
         self.jobs.append(job)
         return job
 

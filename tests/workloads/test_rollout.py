@@ -10,6 +10,7 @@ from crucible.workloads.model import build_model
 from crucible.workloads.rollout import (
     ModelTeacher,
     greedy_completions,
+    per_sample,
     rollout,
     sample_next,
     write_trajectories,
@@ -30,7 +31,9 @@ def _model() -> torch.nn.Module:
 @pytest.mark.parametrize("static", [False, True])
 def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path, static) -> None:
     config = RolloutConfig(samples_per_prompt=4, batch_size=2, max_new_tokens=3, seed=1)
-    trajectories = rollout(_model(), TOK, PROMPTS, exact_match_reward, config, static=static)
+    trajectories = rollout(
+        _model(), TOK, PROMPTS, per_sample(exact_match_reward), config, static=static
+    )
     assert [t.prompt for t in trajectories] == [p for p in PROMPTS for _ in range(4)]
     assert [t.group for t in trajectories] == [g for g in range(3) for _ in range(4)]
     for t in trajectories:
@@ -52,8 +55,8 @@ def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path, static) -> Non
 def test_same_seed_same_rollout(static) -> None:
     config = RolloutConfig(samples_per_prompt=3, max_new_tokens=3, seed=7)
     model = _model()
-    first = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=static)
-    again = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=static)
+    first = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=static)
+    again = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=static)
     assert [t.completion_tokens for t in first] == [t.completion_tokens for t in again]
 
 
@@ -62,8 +65,8 @@ def test_static_and_dynamic_paths_agree_when_greedy() -> None:
         temperature=0.0, samples_per_prompt=2, batch_size=2, max_new_tokens=5, seed=3
     )
     model = _model()
-    dynamic = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=False)
-    static = rollout(model, TOK, PROMPTS, exact_match_reward, config, static=True)
+    dynamic = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=False)
+    static = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=True)
     assert [t.completion_tokens for t in static] == [t.completion_tokens for t in dynamic]
     assert [t.group for t in static] == [t.group for t in dynamic]
     for a, b in zip(static, dynamic, strict=True):

@@ -11,7 +11,7 @@ from crucible.workloads.checkpoint import DirectoryCheckpointer, Stateful
 from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig, model_preset
 from crucible.workloads.data import read_jsonl
 from crucible.workloads.evaluate import evaluate
-from crucible.workloads.rollout import rollout, write_trajectories
+from crucible.workloads.rollout import per_sample, rollout, write_trajectories
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
 from crucible.workloads.train import Trainer
 
@@ -158,7 +158,11 @@ def test_rl_on_rollouts_from_the_sft_policy(
     prompts = [p.prompt for p in one_digit_task.sample("train", 16, seed=9, unique=True)]
     config = RolloutConfig(samples_per_prompt=4, temperature=1.5, max_new_tokens=4, seed=0)
     trajectories = rollout(
-        sft_trainer.raw_model, sft_trainer.tokenizer, prompts, exact_match_reward, config
+        sft_trainer.raw_model,
+        sft_trainer.tokenizer,
+        prompts,
+        per_sample(exact_match_reward),
+        config,
     )
     write_trajectories(tmp_path / "rollouts.jsonl", trajectories)
     records = list(read_jsonl(tmp_path / "rollouts.jsonl"))

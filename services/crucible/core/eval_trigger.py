@@ -68,8 +68,12 @@ def eval_manifest(
         "env": [e.model_dump(by_alias=True) for e in spec.env],
         "scheduling": spec.scheduling.model_dump(by_alias=True, exclude_none=True),
     }
-    if spec.image is not None:
-        eval_spec["image"] = spec.image
+    image = policy.image or spec.image
+    if image is not None:
+        eval_spec["image"] = image
+    if policy.command:  # a team's own harness instead of the reference eval workload
+        eval_spec["command"] = policy.command
+        eval_spec["args"] = policy.args
     metadata: dict[str, object] = {"name": eval_run_name(run.name, checkpoint.id, policy.suite)}
     if manifest.metadata.namespace is not None:
         metadata["namespace"] = manifest.metadata.namespace

@@ -21,6 +21,10 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Versions are 64-bit ids: at most 18 digits (every such number fits).
 DATASET_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]*@(latest|[0-9]{1,18})$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+_IDENTIFIERS = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+CODE_REFERENCE = rf"^({_IDENTIFIERS}:{_IDENTIFIERS}|[A-Za-z0-9][A-Za-z0-9_.-]*)$"
+"""A reward, eval suite or teacher: a built-in's name (`exact_match`) or an import path
+`package.module:attribute` to code in the workload's Python (docs/workloads.md)."""
 
 
 class SpecModel(BaseModel):
@@ -118,14 +122,46 @@ class CheckpointPolicy(SpecModel):
     ] = None
 
 
+SuiteName = Annotated[
+    str,
+    Field(
+        pattern=CODE_REFERENCE,
+        max_length=63,  # the length the evals table keeps
+        description="Eval suite: a built-in's name (`arithmetic`) or an import path "
+        "`package.module:function`; with an eval policy's `command`, the name its harness "
+        "records the scores under.",
+    ),
+]
+
+
 class EvalPolicy(SpecModel):
     """An eval suite run on every checkpoint the run writes."""
 
-    suite: Annotated[str, Field(min_length=1, max_length=63, description="Eval suite name.")]
+    suite: SuiteName
     gpus: Annotated[int, Field(ge=0, le=16, description="GPUs for each eval job.")] = 0
     config: Annotated[
         JsonObject, Field(description="Free-form options handed to the eval workload.")
     ] = Field(default_factory=dict)
+    image: Annotated[
+        str | None,
+        Field(description="Image of each eval job (kubernetes); default: the run's image."),
+    ] = None
+    command: Annotated[
+        list[str],
+        Field(
+            description="A team's own eval harness to run on each checkpoint instead of the "
+            "reference eval workload; it records its scores with the SDK."
+        ),
+    ] = Field(default_factory=list)
+    args: Annotated[list[str], Field(description="Arguments appended to the command.")] = Field(
+        default_factory=list
+    )
+
+    @model_validator(mode="after")
+    def _args_need_a_command(self) -> "EvalPolicy":
+        if self.args and not self.command:
+            raise ValueError("`args` are appended to `command`; set `command` too")
+        return self
 
 
 class RecoveryPolicy(SpecModel):
@@ -291,9 +327,17 @@ class TrainingRunSpec(WorkloadSpec):
 class RewardSpec(SpecModel):
     """The reward function that scores each sample."""
 
-    name: Annotated[str, Field(min_length=1, description="Reward function, e.g. `exact_match`.")]
+    name: Annotated[
+        str,
+        Field(
+            pattern=CODE_REFERENCE,
+            max_length=200,
+            description="Reward function: a built-in's name (`exact_match`) or an import path "
+            "`package.module:function`.",
+        ),
+    ]
     options: Annotated[
-        JsonObject, Field(description="Free-form options handed to the reward function.")
+        JsonObject, Field(description="Keyword arguments handed to the reward function.")
     ] = Field(default_factory=dict)
 
 
@@ -318,13 +362,24 @@ class PolicyRef(SpecModel):
         None
     )
     teacher: Annotated[
-        str | None, Field(description="Built-in teacher, e.g. `arithmetic-solver`.")
+        str | None,
+        Field(
+            pattern=CODE_REFERENCE,
+            max_length=200,
+            description="Teacher: a built-in's name (`arithmetic-solver`) or an import path "
+            "`package.module:function`.",
+        ),
     ] = None
+    options: Annotated[
+        JsonObject, Field(description="Keyword arguments handed to the teacher.")
+    ] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> "PolicyRef":
         if (self.checkpoint is None) == (self.teacher is None):
             raise ValueError("set exactly one of `checkpoint` and `teacher`")
+        if self.options and self.teacher is None:
+            raise ValueError("`options` are the teacher's; a checkpoint policy takes none")
         return self
 
 
@@ -366,7 +421,7 @@ class EvalJobSpec(WorkloadSpec):
     """One eval suite scored on one checkpoint; the scores land in `status.results`."""
 
     checkpoint: Annotated[CheckpointRef, Field(description="The checkpoint to evaluate.")]
-    suite: Annotated[str, Field(min_length=1, max_length=63, description="Eval suite name.")]
+    suite: SuiteName
     gpus: Annotated[int, Field(ge=0, le=16, description="GPUs for the eval pod.")] = 0
 
 

@@ -4,7 +4,7 @@ Prompts of different lengths share a batch by left padding; positions and attent
 the padding, so a prompt gets the same completion alone or in a batch.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,21 @@ from crucible.workloads.tokenizer import Tokenizer
 
 RewardFn = Callable[[str, str], float]
 """(prompt, completion) -> reward."""
+
+Scorer = Callable[[list[str], list[str], list[Mapping[str, Any]]], list[float]]
+"""(prompts, completions, metadata) -> one reward per sample: the batch contract of a
+reward (docs/workloads.md)."""
+
+
+def per_sample(reward: RewardFn) -> Scorer:
+    """A batch scorer from a reward of one (prompt, completion)."""
+
+    def score(
+        prompts: list[str], completions: list[str], metadata: list[Mapping[str, Any]]
+    ) -> list[float]:
+        return [reward(p, c) for p, c in zip(prompts, completions, strict=True)]
+
+    return score
 
 
 @dataclass
@@ -115,12 +130,16 @@ def rollout(
     model: LanguageModel,
     tokenizer: Tokenizer,
     prompts: Sequence[str],
-    reward_fn: RewardFn,
+    score: Scorer,
     config: RolloutConfig,
     *,
+    metadata: Sequence[Mapping[str, Any]] | None = None,
     static: bool | None = None,
 ) -> list[Trajectory]:
     """`config.samples_per_prompt` scored samples for each prompt, grouped by prompt.
+
+    score: called once per generated batch with its samples' prompts, completions and the
+    metadata of their prompts (`metadata[i]` for `prompts[i]`; empty when None).
 
     static: generate with `generate.fast_generator` (a static KV cache, the decode step
     replayed as a CUDA graph) instead of `generate` above; by default for the built-in GPT
@@ -161,25 +180,39 @@ def rollout(
                 generator=generator,
             )
 
+    if metadata is not None and len(metadata) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(metadata)} metadata records")
     trajectories: list[Trajectory] = []
     for start in range(0, len(prompts), config.batch_size):
-        chunk = prompts[start : start + config.batch_size]
-        rows = [e for e in encoded[start : start + config.batch_size] for _ in range(k)]
+        groups = range(start, min(start + config.batch_size, len(prompts)))
+        rows = [encoded[g] for g in groups for _ in range(k)]
         generation = complete(rows)
-        for row, (tokens, logprobs) in enumerate(
-            zip(generation.tokens, generation.logprobs, strict=True)
+        sample_groups = [g for g in groups for _ in range(k)]
+        sample_prompts = [prompts[g] for g in sample_groups]
+        completions = [tokenizer.decode(tokens) for tokens in generation.tokens]
+        rewards = score(
+            sample_prompts,
+            completions,
+            [metadata[g] if metadata is not None else {} for g in sample_groups],
+        )
+        for group, prompt, completion, tokens, logprobs, reward in zip(
+            sample_groups,
+            sample_prompts,
+            completions,
+            generation.tokens,
+            generation.logprobs,
+            rewards,
+            strict=True,
         ):
-            prompt = chunk[row // k]
-            completion = tokenizer.decode(tokens)
             trajectories.append(
                 Trajectory(
                     prompt=prompt,
                     completion=completion,
                     completion_tokens=tokens,
-                    reward=reward_fn(prompt, completion),
+                    reward=reward,
                     logprobs=logprobs,
                     logprob=sum(logprobs),
-                    group=start + row // k,
+                    group=group,
                 )
             )
     model.train(was_training)

@@ -1457,7 +1457,7 @@ export interface components {
             scheduling?: components["schemas"]["Scheduling"];
             /**
              * Suite
-             * @description Eval suite name.
+             * @description Eval suite: a built-in's name (`arithmetic`) or an import path `package.module:function`; with an eval policy's `command`, the name its harness records the scores under.
              */
             suite: string;
             /**
@@ -1472,6 +1472,16 @@ export interface components {
          */
         EvalPolicy: {
             /**
+             * Args
+             * @description Arguments appended to the command.
+             */
+            args?: string[];
+            /**
+             * Command
+             * @description A team's own eval harness to run on each checkpoint instead of the reference eval workload; it records its scores with the SDK.
+             */
+            command?: string[];
+            /**
              * Config
              * @description Free-form options handed to the eval workload.
              */
@@ -1485,8 +1495,13 @@ export interface components {
              */
             gpus: number;
             /**
+             * Image
+             * @description Image of each eval job (kubernetes); default: the run's image.
+             */
+            image?: string | null;
+            /**
              * Suite
-             * @description Eval suite name.
+             * @description Eval suite: a built-in's name (`arithmetic`) or an import path `package.module:function`; with an eval policy's `command`, the name its harness records the scores under.
              */
             suite: string;
         };
@@ -2067,8 +2082,15 @@ export interface components {
             /** @description Checkpoint to sample from. */
             checkpoint?: components["schemas"]["CheckpointRef"] | null;
             /**
+             * Options
+             * @description Keyword arguments handed to the teacher.
+             */
+            options?: {
+                [key: string]: unknown;
+            };
+            /**
              * Teacher
-             * @description Built-in teacher, e.g. `arithmetic-solver`.
+             * @description Teacher: a built-in's name (`arithmetic-solver`) or an import path `package.module:function`.
              */
             teacher?: string | null;
         };
@@ -2180,12 +2202,12 @@ export interface components {
         RewardSpec: {
             /**
              * Name
-             * @description Reward function, e.g. `exact_match`.
+             * @description Reward function: a built-in's name (`exact_match`) or an import path `package.module:function`.
              */
             name: string;
             /**
              * Options
-             * @description Free-form options handed to the reward function.
+             * @description Keyword arguments handed to the reward function.
              */
             options?: {
                 [key: string]: unknown;

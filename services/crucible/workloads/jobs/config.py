@@ -81,6 +81,13 @@ class HFSection(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+class OptionsSection(BaseModel):
+    """`config.suite`: the eval suite's keyword arguments, free-form (the suite's signature
+    checks them, `plugins.resolve`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
 SECTIONS: dict[str, type[BaseModel]] = {
     "model": section_model(
         ModelConfig,
@@ -93,6 +100,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "rollout": section_model(RolloutConfig, num_prompts=(Count | None, None)),
     "eval": section_model(EvalConfig),
     "datagen": section_model(DatagenConfig, num_prompts=(Count, DatagenConfig.num_prompts)),
+    "suite": OptionsSection,
 }
 """`config` section -> the model of the keys it takes."""
 
@@ -187,6 +195,9 @@ class JobConfig:
     rollout_num_prompts: int | None
     """`config.rollout.num_prompts`: the most prompts a rollout samples (None: all)."""
 
+    suite_options: Mapping[str, Any]
+    """`config.suite`: keyword arguments for the eval suite."""
+
     given: Mapping[str, Mapping[str, Any]]
     """The sections and fields as given (converted), to lay over a checkpoint's meta."""
 
@@ -199,7 +210,13 @@ class JobConfig:
 
 
 def parse_config(text: str | None) -> JobConfig:
-    parsed = validated(ConfigSections, "config", json_object("CRUCIBLE_CONFIG", text))
+    """CRUCIBLE_CONFIG's text parsed."""
+    return parse_config_object(json_object("CRUCIBLE_CONFIG", text))
+
+
+def parse_config_object(value: Mapping[str, Any]) -> JobConfig:
+    """A job's `config` object parsed."""
+    parsed = validated(ConfigSections, "config", value)
     sections: dict[str, BaseModel] = dict(parsed)
     rollout = sections["rollout"].model_dump()
     return JobConfig(
@@ -210,6 +227,7 @@ def parse_config(text: str | None) -> JobConfig:
         eval=_build(EvalConfig, "config.eval", sections["eval"].model_dump()),
         datagen=_build(DatagenConfig, "config.datagen", sections["datagen"].model_dump()),
         rollout_num_prompts=rollout["num_prompts"],
+        suite_options=sections["suite"].model_dump(),
         given={name: given_fields(sections[name]) for name in parsed.model_fields_set},
     )
 

@@ -1,15 +1,15 @@
 """`python -m crucible.workloads.jobs.datagen`: a teacher answers problems; the answers are
 published as an SFT dataset (JSONL of {"prompt", "completion"}).
 
-The RolloutJob's `policy` picks the teacher: `{teacher: "arithmetic-solver"}` (always
-right), or a checkpoint (CRUCIBLE_INPUTS.checkpoint), whose model answers greedily
-(`rollout.ModelTeacher`), so a stronger model can teach a weaker one. The prompts are
+The RolloutJob's `policy` picks the teacher: `{teacher: "arithmetic-solver"}` (built in,
+always right) or an import path to a team's own (`plugins.py`, with `policy.options` as
+keyword arguments), or a checkpoint (CRUCIBLE_INPUTS.checkpoint), whose model answers
+greedily (`rollout.ModelTeacher`), so a stronger model can teach a weaker one. The prompts are
 `config.datagen.num_prompts` train-split problems of the task, or, when the job has a
 prompts dataset, up to that many of its prompts.
 """
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crucible.workloads.config import TaskConfig
@@ -22,17 +22,15 @@ from crucible.workloads.jobs.datasets import (
     write_atomically,
 )
 from crucible.workloads.jobs.env import JobEnv, read_env
+from crucible.workloads.jobs.plugins import TEACHER, checked_completions, resolve
 from crucible.workloads.jobs.process import run_job, setup_torch
 from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
-from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, Teacher
+from crucible.workloads.tasks.arithmetic import ArithmeticTask
 
 if TYPE_CHECKING:
     from crucible.workloads.hf_model import LanguageModel
 
 log = logging.getLogger("crucible.workloads.datagen")
-
-TEACHERS: dict[str, Callable[[], Teacher]] = {"arithmetic-solver": SolverTeacher}
-"""Built-in teachers by the name `spec.policy.teacher` gives."""
 
 SFT_SCHEMA = {
     "format": "jsonl",
@@ -54,16 +52,22 @@ def output_name(env: JobEnv) -> str:
 def datagen() -> None:
     env = read_env()
     name = output_name(env)
-    teacher_name = env.spec_object("policy").get("teacher")
-    if teacher_name is not None and teacher_name not in TEACHERS:
-        raise ConfigError(
-            f"spec.policy.teacher {teacher_name!r} is not a built-in teacher; known: "
-            f"{', '.join(TEACHERS)}"
+    policy = env.spec_object("policy")
+    teacher_name = policy.get("teacher")
+    teacher = None
+    if teacher_name is not None:
+        teacher = resolve(
+            TEACHER,
+            str(teacher_name),
+            policy.get("options") or {},
+            where="spec.policy.teacher",
+            options_where="spec.policy.options",
         )
-    if teacher_name is None and env.inputs.checkpoint is None:
+    elif env.inputs.checkpoint is None:
         raise ConfigError(
             "spec.policy names no teacher and CRUCIBLE_INPUTS no checkpoint: nothing to "
-            f"answer with; use a teacher ({', '.join(TEACHERS)}) or a policy checkpoint"
+            f"answer with; use a teacher ({', '.join(TEACHER.builtins)} or an import path) or "
+            "a policy checkpoint"
         )
 
     import crucible
@@ -98,12 +102,12 @@ def datagen() -> None:
         problems = task.sample("train", limit, seed=env.config.datagen.seed)
         prompts = [p.prompt for p in problems]
 
-    teacher: Teacher
-    if model is None:
-        teacher = TEACHERS[str(teacher_name)]()
+    if teacher is not None:
+        completions = checked_completions(teacher, teacher(prompts), len(prompts))
     else:
+        assert model is not None
         sampling = rollout_config(env)
-        teacher = ModelTeacher(
+        completions = ModelTeacher(
             model,
             tokenizer,
             max_new_tokens=fit_new_tokens(
@@ -112,11 +116,7 @@ def datagen() -> None:
                 [len(tokenizer.encode(p, bos=True)) for p in prompts],
             ),
             batch_size=sampling.batch_size,
-        )
-
-    completions = teacher.complete(prompts)
-    if len(completions) != len(prompts):
-        raise RuntimeError(f"the teacher answered {len(completions)} of {len(prompts)} prompts")
+        ).complete(prompts)
     path = output_path(run, name)
     answers = [{"prompt": p, "completion": c} for p, c in zip(prompts, completions, strict=True)]
     count = write_atomically(path, lambda p: write_jsonl(p, answers))

@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crucible.workloads.jobs.config import ConfigError, JobConfig, json_object, parse_config
+from crucible.workloads.jobs.config import (
+    ConfigError,
+    JobConfig,
+    json_object,
+    parse_config_object,
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,9 @@ class Inputs:
 @dataclass(frozen=True)
 class JobEnv:
     config: JobConfig
+    config_given: dict[str, Any]
+    """CRUCIBLE_CONFIG as given, before parsing ({} when unset)."""
+
     spec: dict[str, Any]
     """CRUCIBLE_SPEC: the run's spec as submitted, camelCase keys ({} when unset)."""
 
@@ -46,11 +54,17 @@ class JobEnv:
 def read_env(environ: Mapping[str, str] | None = None) -> JobEnv:
     """Parse CRUCIBLE_CONFIG, CRUCIBLE_SPEC and CRUCIBLE_INPUTS; raises ConfigError."""
     environ = os.environ if environ is None else environ
-    config = parse_config(environ.get("CRUCIBLE_CONFIG"))
+    given = json_object("CRUCIBLE_CONFIG", environ.get("CRUCIBLE_CONFIG"))
+    config = parse_config_object(given)
     spec = json_object("CRUCIBLE_SPEC", environ.get("CRUCIBLE_SPEC"))
     if isinstance(spec.get("spec"), dict) and "kind" in spec:
         spec = spec["spec"]  # a whole manifest: its spec
-    return JobEnv(config=config, spec=spec, inputs=parse_inputs(environ.get("CRUCIBLE_INPUTS")))
+    return JobEnv(
+        config=config,
+        config_given=given,
+        spec=spec,
+        inputs=parse_inputs(environ.get("CRUCIBLE_INPUTS")),
+    )
 
 
 def parse_inputs(text: str | None) -> Inputs:

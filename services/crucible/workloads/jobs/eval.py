@@ -1,8 +1,10 @@
 """`python -m crucible.workloads.jobs.eval`: score one checkpoint on an eval suite.
 
-The checkpoint is CRUCIBLE_INPUTS.checkpoint; its meta gives the model shape and the task
-(config.task overrides fields, config.eval sets the problems). The scores are recorded
-against the checkpoint (`run.record_eval`) and logged as metrics at its step.
+The checkpoint is CRUCIBLE_INPUTS.checkpoint, its model built from its meta. The suite is
+`spec.suite`, a built-in's name (`arithmetic`) or an import path to a team's own
+(`plugins.py`), called with a `ModelHandle` and `config.suite` as keyword arguments. Its
+metrics are recorded against the checkpoint (`run.record_eval`) under the suite's name and
+logged as `eval/<metric>` at the checkpoint's step.
 """
 
 import logging
@@ -10,12 +12,10 @@ import logging
 from crucible.workloads.jobs.checkpoints import load_model
 from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.jobs.env import read_env
+from crucible.workloads.jobs.plugins import EVAL_SUITE, checked_metrics, resolve
 from crucible.workloads.jobs.process import run_job, setup_torch
 
 log = logging.getLogger("crucible.workloads.eval")
-
-SUITES = ("arithmetic",)
-"""Eval suites this workload knows."""
 
 
 def main() -> None:
@@ -24,21 +24,21 @@ def main() -> None:
 
 def eval_job() -> None:
     env = read_env()
-    suite = env.spec.get("suite")
-    if suite is None:
-        raise ConfigError(f"spec.suite names no eval suite; known: {', '.join(SUITES)}")
-    if suite not in SUITES:
+    name = env.spec.get("suite")
+    if not isinstance(name, str) or not name:
         raise ConfigError(
-            f"spec.suite {suite!r} is not an eval suite of crucible.workloads.eval; known: "
-            f"{', '.join(SUITES)}"
+            f"spec.suite names no eval suite; built-in: {', '.join(EVAL_SUITE.builtins)}, or "
+            "an import path package.module:function"
         )
+    suite = resolve(
+        EVAL_SUITE, name, env.config.suite_options, where="spec.suite", options_where="config.suite"
+    )
     checkpoint_id = env.inputs.checkpoint
     if checkpoint_id is None:
         raise ConfigError("an eval needs the checkpoint to score; CRUCIBLE_INPUTS names none")
 
     import crucible
-    from crucible.workloads.evaluate import evaluate
-    from crucible.workloads.tasks.arithmetic import ArithmeticTask
+    from crucible.workloads.model_handle import CheckpointInfo, ModelHandle
 
     torch_setup = setup_torch(distributed=False)
     if torch_setup.rank != 0:
@@ -47,30 +47,25 @@ def eval_job() -> None:
     model, tokenizer, record = load_model(
         run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
     )
-    task = ArithmeticTask(
-        env.config.task_over(record.meta.get("task"), f"checkpoint {record.id} meta.task")
+    handle = ModelHandle(
+        model,
+        tokenizer,
+        checkpoint=CheckpointInfo(
+            id=record.id, run_id=record.run_id, step=record.step, meta=record.meta
+        ),
+        config=env.config_given,
+        batch_size=env.config.eval.batch_size,
     )
-    config = env.config.eval
-    problems = task.sample("held_out", config.num_problems, seed=config.seed, unique=True)
-    result = evaluate(model, tokenizer, problems, config)
-    scores = {
-        "accuracy": result.accuracy,
-        "loss": result.loss,
-        "num_problems": float(result.num_problems),
-    }
-    run.record_eval(record.id, suite, scores)
-    run.log(
-        {**result.as_metrics(), "eval/num_problems": float(result.num_problems)}, step=record.step
-    )
+    metrics = checked_metrics(suite, suite(handle))
+    run.record_eval(record.id, name, metrics)
+    run.log({f"eval/{metric}": value for metric, value in metrics.items()}, step=record.step)
     log.info(
-        "%s on checkpoint %d (run %d, step %d): accuracy %.3f, loss %.4f over %d problems",
-        suite,
+        "%s on checkpoint %d (run %d, step %d): %s",
+        name,
         record.id,
         record.run_id,
         record.step,
-        result.accuracy,
-        result.loss,
-        result.num_problems,
+        ", ".join(f"{metric} {value:.4g}" for metric, value in metrics.items()),
     )
     run.finish()
 

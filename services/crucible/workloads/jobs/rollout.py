@@ -4,16 +4,17 @@ checkpoint, published as a trajectories dataset for RL.
 The policy is CRUCIBLE_INPUTS.checkpoint (its model shape from the checkpoint's meta); the
 prompts are the "prompt" fields of the first input dataset (at most
 `config.rollout.num_prompts`), or train-split problems of the task when there is none; the
-reward is `spec.reward.name`; K is `spec.samplesPerPrompt`, sampling `spec.sampling`. A
-RolloutJob whose policy is a built-in teacher is data generation: it runs
+reward is `spec.reward.name` (a built-in or an import path, `plugins.py`) with the rest of
+each prompt's record as its metadata; K is `spec.samplesPerPrompt`, sampling `spec.sampling`. A
+RolloutJob whose policy is a teacher is data generation: it runs
 `crucible.workloads.jobs.datagen`.
 """
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from statistics import fmean
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crucible.workloads.jobs import datagen
 from crucible.workloads.jobs.checkpoints import load_model
@@ -25,29 +26,19 @@ from crucible.workloads.jobs.datasets import (
     write_atomically,
 )
 from crucible.workloads.jobs.env import JobEnv, read_env
+from crucible.workloads.jobs.plugins import REWARD, Plugin, checked_scores, resolve
 from crucible.workloads.jobs.process import run_job, setup_torch
 from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
-from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
+from crucible.workloads.tasks.arithmetic import ArithmeticTask
+
+if TYPE_CHECKING:
+    from crucible.workloads.rollout import Scorer
 
 log = logging.getLogger("crucible.workloads.rollout")
-
-RewardFn = Callable[[str, str], float]
 
 DEFAULT_NUM_PROMPTS = 256
 """Problems sampled when the job has no prompts dataset and config.rollout.num_prompts is
 unset."""
-
-
-def _exact_match(options: Mapping[str, Any]) -> RewardFn:
-    if options:
-        raise ConfigError(
-            f"reward exact_match takes no options; spec.reward.options has {', '.join(options)}"
-        )
-    return exact_match_reward
-
-
-REWARDS: dict[str, Callable[[Mapping[str, Any]], RewardFn]] = {"exact_match": _exact_match}
-"""Reward name -> factory taking `spec.reward.options`."""
 
 TRAJECTORY_SCHEMA = {
     "format": "jsonl",
@@ -67,19 +58,32 @@ def main() -> None:
     run_job("rollout", rollout_job)
 
 
-def reward_fn(env: JobEnv) -> tuple[str, RewardFn]:
+def reward_of(env: JobEnv) -> Plugin:
+    """`spec.reward`, resolved with its options."""
     reward = env.spec_object("reward")
     name = reward.get("name")
-    if name is None:
+    if not isinstance(name, str) or not name:
         raise ConfigError(
-            f"spec.reward is required to score the samples; known rewards: {', '.join(REWARDS)}"
+            "spec.reward is required to score the samples: a built-in "
+            f"({', '.join(REWARD.builtins)}) or an import path package.module:function"
         )
-    if name not in REWARDS:
-        raise ConfigError(f"spec.reward.name {name!r} is unknown; known: {', '.join(REWARDS)}")
     options = reward.get("options") or {}
     if not isinstance(options, dict):
         raise ConfigError("spec.reward.options must be an object")
-    return name, REWARDS[name](options)
+    return resolve(
+        REWARD, name, options, where="spec.reward.name", options_where="spec.reward.options"
+    )
+
+
+def scorer(reward: Plugin) -> "Scorer":
+    """The reward as `rollout`'s batch scorer, its return value checked."""
+
+    def score(
+        prompts: list[str], completions: list[str], metadata: list[Mapping[str, Any]]
+    ) -> list[float]:
+        return checked_scores(reward, reward(prompts, completions, metadata), len(prompts))
+
+    return score
 
 
 def rollout_job() -> None:
@@ -88,7 +92,7 @@ def rollout_job() -> None:
         datagen.datagen()
         return
     name = datagen.output_name(env)
-    reward_name, reward = reward_fn(env)
+    reward = reward_of(env)
     config = rollout_config(env)
     checkpoint_id = env.inputs.checkpoint
     if checkpoint_id is None:
@@ -116,14 +120,17 @@ def rollout_job() -> None:
     if env.inputs.datasets:
         records = read_records(run, env.inputs.datasets[:1])
         require_fields(records, ("prompt",), "a prompts dataset has a prompt per record")
+        records = records[:limit] if limit is not None else records
         prompts = [str(r["prompt"]) for r in records]
-        prompts = prompts[:limit] if limit is not None else prompts
+        # The reward sees the rest of each prompt's record (a reference answer, a test).
+        metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in records]
     else:
         task = ArithmeticTask(
             env.config.task_over(record.meta.get("task"), f"checkpoint {record.id} meta.task")
         )
         problems = task.sample("train", limit or DEFAULT_NUM_PROMPTS, seed=config.seed)
         prompts = [p.prompt for p in problems]
+        metadata = [{"answer": p.answer} for p in problems]
     if not prompts:
         raise ConfigError("the prompts dataset has no records")
     config = replace(
@@ -135,14 +142,14 @@ def rollout_job() -> None:
         ),
     )
 
-    trajectories = rollout(model, tokenizer, prompts, reward, config)
+    trajectories = rollout(model, tokenizer, prompts, scorer(reward), config, metadata=metadata)
     path = output_path(run, name)
     count = write_atomically(path, lambda p: write_trajectories(p, trajectories))
     rewards = [t.reward for t in trajectories]
     schema = {
         **TRAJECTORY_SCHEMA,
         "samples_per_prompt": config.samples_per_prompt,
-        "reward": reward_name,
+        "reward": reward.reference,
         "policy_checkpoint": record.id,
     }
     version = run.publish_dataset(name, path, count, schema=schema)

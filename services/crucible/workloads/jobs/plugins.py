@@ -1,0 +1,224 @@
+"""The reward, eval suite or teacher a job runs: a built-in's name or an import path
+`package.module:attribute` to a team's own code, resolved to a callable before any heavy work.
+
+An import path resolves in the job's own Python: the packages installed in the workload
+image (or the local virtual environment), then the run's `workingDir`, which `python -m`
+puts first on sys.path, so a module beside the spec ships with the run. The built-ins are
+import paths too (`jobs/builtins.py`), so both go through the same checks: the path names a
+callable, and the options the spec gives are keyword arguments it takes. Each failure is a
+ConfigError (exit 2) naming the spec field, the module and the attribute.
+
+The contracts (docs/workloads.md):
+- reward: `reward(prompts, completions, metadata, **options) -> scores`, one float per sample;
+  `metadata[i]` is the prompt's dataset record without its prompt (or the task's answer).
+- eval suite: `suite(model, **options) -> {metric: float}`; `model` is a
+  `crucible.workloads.model_handle.ModelHandle` with generate and logprob.
+- teacher: `teacher(prompts, **options) -> completions`, one string per prompt.
+"""
+
+import importlib
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crucible.workloads.jobs.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of user code: its name in messages, the arguments its contract passes before
+    the options (for checking a signature), and the built-ins by name."""
+
+    noun: str
+    arguments: tuple[str, ...]
+    builtins: Mapping[str, str]
+
+
+REWARD = Kind(
+    "reward",
+    ("prompts", "completions", "metadata"),
+    {"exact_match": "crucible.workloads.jobs.builtins:exact_match"},
+)
+EVAL_SUITE = Kind(
+    "eval suite", ("model",), {"arithmetic": "crucible.workloads.jobs.builtins:arithmetic"}
+)
+TEACHER = Kind(
+    "teacher",
+    ("prompts",),
+    {"arithmetic-solver": "crucible.workloads.jobs.builtins:arithmetic_solver"},
+)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A resolved reference: call it with the contract's arguments; the options follow."""
+
+    reference: str
+    """As the spec gave it: a built-in's name or an import path."""
+
+    target: str
+    """The import path it resolved to."""
+
+    function: Callable[..., Any]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, *arguments: Any) -> Any:
+        return self.function(*arguments, **self.options)
+
+
+def resolve(
+    kind: Kind,
+    reference: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    where: str,
+    options_where: str,
+) -> Plugin:
+    """The callable `reference` names (`where`: the spec field that gave it), checked against
+    its kind's contract with `options` (from the field `options_where`)."""
+    options = dict(options or {})
+    target = kind.builtins.get(reference, reference)
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ConfigError(
+            f"{where} {reference!r} is neither a built-in {kind.noun} "
+            f"({', '.join(kind.builtins)}) nor an import path package.module:name"
+        )
+    function = _attribute(_module(module_name, where, reference), attribute, where, reference)
+    if not callable(function):
+        raise ConfigError(
+            f"{where} {reference!r}: {target} is a {type(function).__name__}, "
+            f"not a function ({kind.noun})"
+        )
+    _check_signature(kind, reference, function, options, options_where)
+    return Plugin(reference=reference, target=target, function=function, options=options)
+
+
+def _module(name: str, where: str, reference: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or name
+        if name == missing or name.startswith(missing + "."):
+            raise ConfigError(
+                f"{where} {reference!r}: no module named {missing!r} in the workload's Python "
+                "(the image's packages and the run's workingDir)"
+            ) from None
+        raise ConfigError(f"{where} {reference!r}: importing {name} failed: {exc}") from None
+    except ImportError as exc:
+        raise ConfigError(f"{where} {reference!r}: importing {name} failed: {exc}") from None
+
+
+def _attribute(module: Any, attribute: str, where: str, reference: str) -> Any:
+    value = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ConfigError(
+                f"{where} {reference!r}: module {module.__name__} has no attribute {attribute!r}"
+            ) from None
+    return value
+
+
+def _check_signature(
+    kind: Kind,
+    reference: str,
+    function: Callable[..., Any],
+    options: Mapping[str, Any],
+    options_where: str,
+) -> None:
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return  # no signature to read (a C function): the call itself will say
+    parameters = list(signature.parameters.values())
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    # The options are what the signature has after the contract's own arguments.
+    own = [
+        p.name
+        for p in parameters[len(kind.arguments) :]
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    unknown = [name for name in options if name not in own]
+    if unknown and not takes_any:
+        raise ConfigError(
+            f"{options_where}.{unknown[0]} is not an option of {kind.noun} {reference}; its "
+            f"options: {', '.join(own) or 'none'}"
+        )
+    try:
+        signature.bind(*kind.arguments, **options)
+    except TypeError as exc:
+        given = ", ".join(options) or "none"
+        raise ConfigError(
+            f"{options_where} (given: {given}) do not fit {kind.noun} {reference}{signature}: {exc}"
+        ) from None
+
+
+# -- what the callables return ----------------------------------------------------------------
+
+
+def checked_scores(plugin: Plugin, values: Any, count: int) -> list[float]:
+    """A reward's return value as `count` finite floats, or a RuntimeError naming it."""
+    scores = _floats(plugin, values, "scores")
+    if len(scores) != count:
+        raise RuntimeError(
+            f"reward {plugin.reference} returned {len(scores)} scores for {count} samples"
+        )
+    return scores
+
+
+def checked_metrics(plugin: Plugin, values: Any) -> dict[str, float]:
+    """An eval suite's return value as {name: finite float}, or a RuntimeError naming it."""
+    if not isinstance(values, Mapping) or not values:
+        raise RuntimeError(
+            f"eval suite {plugin.reference} returned {type(values).__name__}, not a non-empty "
+            "mapping of metric names to numbers"
+        )
+    metrics = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not name:
+            raise RuntimeError(f"eval suite {plugin.reference} returned a metric named {name!r}")
+        (metrics[name],) = _floats(plugin, [value], f"metric {name!r}")
+    return metrics
+
+
+def checked_completions(plugin: Plugin, values: Any, count: int) -> list[str]:
+    """A teacher's return value as `count` strings, or a RuntimeError naming it."""
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise RuntimeError(
+            f"teacher {plugin.reference} returned {type(values).__name__}, not a list of strings"
+        )
+    if len(values) != count or not all(isinstance(v, str) for v in values):
+        raise RuntimeError(
+            f"teacher {plugin.reference} must return one string per prompt: {count} prompts, "
+            f"{len(values)} values"
+        )
+    return list(values)
+
+
+def _floats(plugin: Plugin, values: Any, what: str) -> list[float]:
+    if hasattr(values, "tolist"):  # a NumPy array or a torch tensor
+        values = values.tolist()
+        values = values if isinstance(values, list) else [values]
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise RuntimeError(
+            f"{plugin.reference} returned {type(values).__name__} for its {what}, not a list "
+            "of numbers"
+        )
+    floats = []
+    for index, value in enumerate(values):
+        if hasattr(value, "item"):  # a NumPy or torch scalar
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise RuntimeError(
+                f"{plugin.reference} returned {value!r} (at {index}) among its {what}; "
+                "each must be a number"
+            )
+        if not math.isfinite(value):
+            raise RuntimeError(f"{plugin.reference} returned {value} (at {index}) among its {what}")
+        floats.append(float(value))
+    return floats
