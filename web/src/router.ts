@@ -16,7 +16,7 @@ export type Route =
   | { page: 'cluster' }
   | { page: 'notFound'; path: string };
 
-const NODE_TYPES: readonly LineageNodeType[] = ['run', 'checkpoint', 'dataset_version', 'eval_result'];
+const NODE_TYPES: readonly LineageNodeType[] = ['run', 'checkpoint', 'dataset_version', 'eval_result', 'artifact'];
 
 function isNodeType(value: string): value is LineageNodeType {
   return (NODE_TYPES as readonly string[]).includes(value);

@@ -10,6 +10,7 @@ from crucible.api.errors import install_error_handlers
 from crucible.api.limits import BodySizeLimit
 from crucible.api.observability import ApiMetrics, RequestMetrics
 from crucible.api.routes import (
+    artifacts,
     cluster,
     dashboard,
     health,
@@ -49,7 +50,17 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.auth_throttle = throttle_for(settings)
 
     install_error_handlers(app)
-    for module in (health, projects, runs, metrics, lineage, signin, dashboard, cluster):
+    for module in (
+        health,
+        projects,
+        runs,
+        metrics,
+        lineage,
+        artifacts,
+        signin,
+        dashboard,
+        cluster,
+    ):
         app.include_router(module.router)
     # Last, so its catch-all route never shadows the API.
     app.state.dashboard = mount_dashboard(app, settings.web_dir)

@@ -29,11 +29,13 @@ token_app = typer.Typer(no_args_is_help=True, help="API tokens.")
 projects_app = typer.Typer(no_args_is_help=True, help="Projects.")
 experiments_app = typer.Typer(no_args_is_help=True, help="Experiments.")
 runs_app = typer.Typer(no_args_is_help=True, help="Runs.")
+checkpoints_app = typer.Typer(no_args_is_help=True, help="Checkpoints.")
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
 app.add_typer(projects_app, name="projects")
 app.add_typer(experiments_app, name="experiments")
 app.add_typer(runs_app, name="runs")
+app.add_typer(checkpoints_app, name="checkpoints")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -324,6 +326,42 @@ def _run_demo(api: CrucibleClient, size: DemoSize, project: str, experiment: str
     )
     if not outcome.succeeded:
         raise CrucibleError("the demo loop did not succeed; see the runs above")
+
+
+@checkpoints_app.command("export")
+@friendly_errors
+def checkpoints_export(
+    checkpoint_id: Annotated[int, typer.Argument(help="The checkpoint to export.")],
+    directory: Annotated[Path, typer.Argument(help="New (or empty) directory to write.")],
+    project: ProjectOpt = DEFAULT_PROJECT,
+    name: Annotated[
+        str | None, typer.Option(help="Artifact name; default <run>-step<step>-hf.")
+    ] = None,
+    register: Annotated[
+        bool, typer.Option(help="Register the directory as a model artifact in lineage.")
+    ] = True,
+) -> None:
+    """Write a checkpoint as a Hugging Face model directory (config.json, safetensors,
+    tokenizer), loadable by transformers and as `model: {hf: {path: ...}}`."""
+    from crucible.sdk.checkpoint import CheckpointError
+    from crucible.workloads.jobs.config import ConfigError
+    from crucible.workloads.jobs.exports import export_checkpoint
+
+    with client() as api:
+        try:
+            exported = export_checkpoint(
+                api, checkpoint_id, directory, project=project, name=name, register=register
+            )
+        except (ConfigError, CheckpointError) as exc:
+            raise CrucibleError(str(exc)) from None
+    record = exported.checkpoint
+    console.print(
+        f"exported checkpoint {record.id} (run {record.run_id}, step {record.step}) to "
+        f"{exported.directory}"
+    )
+    if exported.artifact is not None:
+        artifact = exported.artifact
+        console.print(f"registered artifact {artifact.id} ({artifact.name}, {artifact.digest})")
 
 
 @db_app.command("upgrade")

@@ -17,6 +17,8 @@ from crucible.schemas.cluster import ClusterReport, ClusterView, ReportReceived,
 from crucible.schemas.common import Page
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.lineage import (
+    ArtifactCreate,
+    ArtifactPublic,
     CheckpointCreate,
     CheckpointPublic,
     DatasetVersionCreate,
@@ -305,6 +307,18 @@ class CrucibleClient:
 
     def register_dataset_version(self, version_in: DatasetVersionCreate) -> DatasetVersionPublic:
         return self._post("/api/v1/datasets/versions", version_in, DatasetVersionPublic)
+
+    def register_artifact(self, artifact_in: ArtifactCreate) -> ArtifactPublic:
+        return self._post("/api/v1/artifacts", artifact_in, ArtifactPublic)
+
+    def get_artifact(self, artifact_id: int) -> ArtifactPublic:
+        return self._get(f"/api/v1/artifacts/{artifact_id}", ArtifactPublic)
+
+    def list_artifacts(
+        self, project: str, kind: str | None = None, cursor: str | None = None
+    ) -> Page[ArtifactPublic]:
+        params = {"project": project, "cursor": cursor} | ({"kind": kind} if kind else {})
+        return self._get("/api/v1/artifacts", Page[ArtifactPublic], **params)
 
     def link_input(self, run_id: int, input_in: RunInputCreate) -> RunInputPublic:
         return self._post(f"/api/v1/runs/{run_id}/inputs", input_in, RunInputPublic)

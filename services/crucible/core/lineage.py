@@ -36,6 +36,7 @@ from crucible.core.access import Principal
 from crucible.core.lookups import get_or_404
 from crucible.core.runs import load_run
 from crucible.db.tables import (
+    Artifact,
     Checkpoint,
     Dataset,
     DatasetVersion,
@@ -360,6 +361,14 @@ def _node_queries(
         )
         .join(Run, Run.id == Checkpoint.run_id)
         .where(by_id(Checkpoint.id)),
+        NodeType.artifact.value: select(
+            Artifact.id,
+            Artifact.project_id,
+            Artifact.kind,
+            Artifact.name,
+            Artifact.uri,
+            Artifact.digest,
+        ).where(by_id(Artifact.id)),
         NodeType.eval_result.value: select(
             EvalResult.id,
             Run.project_id,
@@ -472,12 +481,17 @@ def _eval_result_fact(
     )
 
 
+def _artifact_fact(project_id: int, kind: str, name: str, uri: str, digest: str) -> _Fact:
+    return _Fact(project_id, f"{kind} {name}", {"kind": kind, "uri": uri, "digest": digest})
+
+
 # Each takes a node query's columns after the id, in order.
 _DESCRIBE: dict[str, Callable[..., _Fact]] = {
     NodeType.run.value: _run_fact,
     NodeType.dataset_version.value: _dataset_version_fact,
     NodeType.checkpoint.value: _checkpoint_fact,
     NodeType.eval_result.value: _eval_result_fact,
+    NodeType.artifact.value: _artifact_fact,
 }
 
 

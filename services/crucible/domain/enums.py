@@ -61,6 +61,7 @@ class NodeType(StrEnum):
     run = "run"
     checkpoint = "checkpoint"
     eval_result = "eval_result"
+    artifact = "artifact"
 
 
 class EdgeRelation(StrEnum):
@@ -68,8 +69,16 @@ class EdgeRelation(StrEnum):
 
     consumed_by = "consumed_by"  # dataset_version -> run
     initialised = "initialised"  # checkpoint -> run (initFrom, or the checkpoint an eval scores)
-    produced = "produced"  # run -> checkpoint | dataset_version | eval_result
+    produced = "produced"  # run -> checkpoint | dataset_version | eval_result | artifact
     scored_by = "scored_by"  # checkpoint -> eval_result
+    derived = "derived"  # checkpoint | dataset_version -> artifact (what it was made from)
+
+
+class ArtifactKind(StrEnum):
+    """What a registered artifact is."""
+
+    model = "model"  # a Hugging Face model directory exported from a checkpoint
+    tokenizer = "tokenizer"  # a tokenizer directory, e.g. BPE trained on a dataset
 
 
 class LineageDirection(StrEnum):

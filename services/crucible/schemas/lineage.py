@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from crucible.domain.enums import EdgeRelation, NodeType
+from crucible.domain.enums import ArtifactKind, EdgeRelation, NodeType
 from crucible.domain.json_values import MAX_INT32, MAX_INT64, JsonObject
 from crucible.domain.storage_uris import uri_problem
 from crucible.schemas.common import ApiModel, Id, PublicModel, Step
@@ -20,6 +20,15 @@ DatasetName = Annotated[
         max_length=128,
         pattern=DATASET_NAME_PATTERN,
         description="Dataset name: letters, digits, `.`, `_`, `-`; no `@`.",
+    ),
+]
+ArtifactName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=DATASET_NAME_PATTERN,
+        description="Artifact name: letters, digits, `.`, `_`, `-`.",
     ),
 ]
 Digest = Annotated[
@@ -126,6 +135,51 @@ class BestCheckpointPublic(CheckpointPublic):
     metric: str
     value: float
     eval_result_id: int
+
+
+class ArtifactSource(ApiModel):
+    """What an artifact was made from: a checkpoint or a dataset version (same project)."""
+
+    type: NodeType = Field(description="`checkpoint` or `dataset_version`.")
+    id: Id
+
+    @model_validator(mode="after")
+    def _a_checkpoint_or_a_dataset_version(self) -> "ArtifactSource":
+        if self.type not in (NodeType.checkpoint, NodeType.dataset_version):
+            raise ValueError(
+                f"an artifact is made from a checkpoint or a dataset_version, not a {self.type}"
+            )
+        return self
+
+
+class ArtifactCreate(ApiModel):
+    project: str = Field(min_length=1, max_length=63, description="Project name.")
+    kind: ArtifactKind
+    name: ArtifactName
+    uri: Uri
+    digest: Digest
+    size_bytes: int = Field(ge=0, le=MAX_INT64)
+    meta: JsonObject = Field(default_factory=dict)
+    sources: list[ArtifactSource] = Field(
+        default_factory=list, max_length=100, description="What it was made from."
+    )
+    produced_by_run_id: Id | None = Field(
+        default=None, description="The run that wrote it; must be in the same project."
+    )
+
+
+class ArtifactPublic(PublicModel):
+    id: int
+    project_id: int
+    kind: ArtifactKind
+    name: str
+    uri: str
+    digest: str
+    size_bytes: int
+    meta: dict[str, Any]
+    sources: list[ArtifactSource]
+    produced_by_run_id: int | None
+    created_at: datetime
 
 
 class EvalResultCreate(ApiModel):

@@ -4,23 +4,28 @@ tokenizer, loadable by transformers (and by `model: {hf: {path: ...}}`) without 
 The built-in GPT is GPT-2's architecture (pre-norm blocks, fused QKV, tanh-GELU MLP,
 learned positions, tied embeddings, LayerNorm eps 1e-5), so it exports as a
 `GPT2LMHeadModel` whose logits equal the GPT's; its byte tokenizer exports as a byte-level
-BPE without merges whose ids are the bytes themselves, then BOS, EOS and PAD. A Hugging
-Face model exports as itself with the tokenizer it was trained with.
+BPE without merges whose ids are the bytes themselves, then BOS, EOS and PAD, and a Hugging
+Face tokenizer it was trained with as that tokenizer's own files. A Hugging Face model
+exports as itself with the tokenizer it was trained with. Weights are written in float32
+on CPU, from a copy: the model exported keeps its device and dtype.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from crucible.workloads.bpe import SPECIAL_TOKEN_ROLES
 from crucible.workloads.config import ModelConfig
-from crucible.workloads.hf_model import quiet_transformers
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.workloads.hf_model import LanguageModel, quiet_transformers
+from crucible.workloads.hf_tokenizer import HFTokenizer
+from crucible.workloads.model import GPT
+from crucible.workloads.tokenizer import ByteTokenizer, Tokenizer
 
 BYTE_SPECIAL_IDS = {
     SPECIAL_TOKEN_ROLES["bos_token"]: ByteTokenizer.BOS,
@@ -29,11 +34,28 @@ BYTE_SPECIAL_IDS = {
 }
 
 
-def gpt2_config(config: ModelConfig) -> Any:
-    """The transformers GPT-2 config of the built-in GPT's shape (no dropout: the GPT has none)."""
+def export_model(model: LanguageModel, tokenizer: Tokenizer, directory: Path) -> None:
+    """Write `model` and the tokenizer it was trained with to `directory` as a Hugging Face
+    model (the GPT as GPT-2, a Hugging Face model as itself), weights in float32 on CPU;
+    `model` is left on its device and in its dtype."""
+    if isinstance(model, GPT):
+        export_gpt(model.state_dict(), model.config, directory, tokenizer)
+        return
+    quiet_transformers()
+    directory.mkdir(parents=True, exist_ok=True)
+    # The tokenizer first: one that cannot be written is refused before any weights are.
+    _export_tokenizer(tokenizer, directory)
+    _cpu_float32_copy(model.inner).save_pretrained(  # type: ignore[operator]
+        directory, safe_serialization=True
+    )
+
+
+def gpt2_config(config: ModelConfig, tokenizer: Tokenizer | None = None) -> Any:
+    """The transformers GPT-2 config of the built-in GPT's shape (no dropout: the GPT has
+    none), naming `tokenizer`'s special ids (the byte tokenizer's by default)."""
     from transformers import GPT2Config
 
-    tok = ByteTokenizer
+    tok = ByteTokenizer() if tokenizer is None else tokenizer
     return GPT2Config(
         vocab_size=config.vocab_size,
         n_positions=config.max_seq_len,
@@ -80,13 +102,19 @@ def gpt_to_gpt2_state(state: Mapping[str, Tensor], config: ModelConfig) -> dict[
     return out
 
 
-def export_gpt(state: Mapping[str, Tensor], config: ModelConfig, directory: Path) -> None:
-    """Write the built-in GPT with weights `state` (its state_dict) and the byte tokenizer
-    to `directory` as a Hugging Face model."""
+def export_gpt(
+    state: Mapping[str, Tensor],
+    config: ModelConfig,
+    directory: Path,
+    tokenizer: Tokenizer | None = None,
+) -> None:
+    """Write the built-in GPT with weights `state` (its state_dict) and `tokenizer` (the
+    byte tokenizer by default) to `directory` as a Hugging Face model."""
     from transformers import GPT2LMHeadModel
 
     quiet_transformers()
-    model = GPT2LMHeadModel(gpt2_config(config))
+    tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
+    model = GPT2LMHeadModel(gpt2_config(config, tokenizer))
     weights = {
         k: v.detach().to("cpu", torch.float32) for k, v in gpt_to_gpt2_state(state, config).items()
     }
@@ -100,8 +128,40 @@ def export_gpt(state: Mapping[str, Tensor], config: ModelConfig, directory: Path
         )
     model.tie_weights()
     directory.mkdir(parents=True, exist_ok=True)
+    # The tokenizer first: one that cannot be written is refused before any weights are.
+    _export_tokenizer(tokenizer, directory)
     model.save_pretrained(directory, safe_serialization=True)
-    byte_tokenizer(directory)
+
+
+def _export_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
+    """`tokenizer`'s Hugging Face files in `directory`, as `HFTokenizer.from_directory` reads
+    them back."""
+    if isinstance(tokenizer, ByteTokenizer):
+        byte_tokenizer(directory)
+    elif isinstance(tokenizer, HFTokenizer):
+        tokenizer.inner.save_pretrained(directory)
+    else:
+        raise ValueError(
+            f"cannot export a tokenizer of type {type(tokenizer).__name__}: "
+            "only ByteTokenizer and HFTokenizer have Hugging Face files"
+        )
+
+
+def _cpu_float32_copy(module: nn.Module) -> nn.Module:
+    """A copy of `module` whose floating-point weights are float32 on CPU. The weights are
+    seeded into deepcopy's memo so that they are copied once, to CPU (a plain deepcopy would
+    clone each on the module's own device first), and tied weights stay tied."""
+    memo: dict[int, Any] = {}
+    for param in module.parameters():
+        memo[id(param)] = nn.Parameter(_cpu_float32(param), requires_grad=param.requires_grad)
+    for buffer in module.buffers():
+        memo[id(buffer)] = _cpu_float32(buffer)
+    return copy.deepcopy(module, memo)
+
+
+def _cpu_float32(tensor: Tensor) -> Tensor:
+    dtype = torch.float32 if tensor.is_floating_point() else tensor.dtype
+    return tensor.detach().to("cpu", dtype)
 
 
 def byte_tokenizer(directory: Path) -> None:

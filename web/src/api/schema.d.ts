@@ -4,6 +4,46 @@
  */
 
 export interface paths {
+    "/api/v1/artifacts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Artifacts */
+        get: operations["listArtifacts"];
+        put?: never;
+        /**
+         * Register Artifact
+         * @description Register an artifact made from checkpoints or dataset versions of the project. The
+         *     same URI and digest again returns it; the same URI with another digest is a 409. Its URI
+         *     must lie under a storage root.
+         */
+        post: operations["registerArtifact"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/artifacts/{artifact_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Artifact */
+        get: operations["getArtifact"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/sign-in-code": {
         parameters: {
             query?: never;
@@ -890,6 +930,91 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** ArtifactCreate */
+        ArtifactCreate: {
+            /**
+             * Digest
+             * @description Content digest, `<algorithm>:<lowercase hex>`, e.g. `sha256:9f86d0...`.
+             */
+            digest: string;
+            kind: components["schemas"]["ArtifactKind"];
+            /** Meta */
+            meta?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Name
+             * @description Artifact name: letters, digits, `.`, `_`, `-`.
+             */
+            name: string;
+            /**
+             * Produced By Run Id
+             * @description The run that wrote it; must be in the same project.
+             */
+            produced_by_run_id?: number | null;
+            /**
+             * Project
+             * @description Project name.
+             */
+            project: string;
+            /** Size Bytes */
+            size_bytes: number;
+            /**
+             * Sources
+             * @description What it was made from.
+             */
+            sources?: components["schemas"]["ArtifactSource"][];
+            /**
+             * Uri
+             * @description Where the bytes live.
+             */
+            uri: string;
+        };
+        /**
+         * ArtifactKind
+         * @description What a registered artifact is.
+         * @enum {string}
+         */
+        ArtifactKind: "model" | "tokenizer";
+        /** ArtifactPublic */
+        ArtifactPublic: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Digest */
+            digest: string;
+            /** Id */
+            id: number;
+            kind: components["schemas"]["ArtifactKind"];
+            /** Meta */
+            meta: {
+                [key: string]: unknown;
+            };
+            /** Name */
+            name: string;
+            /** Produced By Run Id */
+            produced_by_run_id: number | null;
+            /** Project Id */
+            project_id: number;
+            /** Size Bytes */
+            size_bytes: number;
+            /** Sources */
+            sources: components["schemas"]["ArtifactSource"][];
+            /** Uri */
+            uri: string;
+        };
+        /**
+         * ArtifactSource
+         * @description What an artifact was made from: a checkpoint or a dataset version (same project).
+         */
+        ArtifactSource: {
+            /** Id */
+            id: number;
+            /** @description `checkpoint` or `dataset_version`. */
+            type: components["schemas"]["NodeType"];
+        };
         /** AttemptEnd */
         AttemptEnd: {
             /** End Reason */
@@ -1372,7 +1497,7 @@ export interface components {
          * @description Edges point the way data flows: from what was used to what was made.
          * @enum {string}
          */
-        EdgeRelation: "consumed_by" | "initialised" | "produced" | "scored_by";
+        EdgeRelation: "consumed_by" | "initialised" | "produced" | "scored_by" | "derived";
         /**
          * EnvVar
          * @description An environment variable set in the workload's container.
@@ -1935,7 +2060,7 @@ export interface components {
          * @description Kinds of node in the lineage graph.
          * @enum {string}
          */
-        NodeType: "dataset_version" | "run" | "checkpoint" | "eval_result";
+        NodeType: "dataset_version" | "run" | "checkpoint" | "eval_result" | "artifact";
         /** ObjectMeta */
         ObjectMeta: {
             /** Annotations */
@@ -1950,6 +2075,13 @@ export interface components {
             name: string;
             /** Namespace */
             namespace?: string | null;
+        };
+        /** Page[ArtifactPublic] */
+        Page_ArtifactPublic_: {
+            /** Items */
+            items: components["schemas"]["ArtifactPublic"][];
+            /** Next Cursor */
+            next_cursor?: string | null;
         };
         /** Page[CheckpointPublic] */
         Page_CheckpointPublic_: {
@@ -2864,6 +2996,106 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    listArtifacts: {
+        parameters: {
+            query: {
+                cursor?: string | null;
+                kind?: components["schemas"]["ArtifactKind"] | null;
+                /** @description Page size. */
+                limit?: number;
+                project: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_ArtifactPublic_"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    registerArtifact: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArtifactCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArtifactPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getArtifact: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                artifact_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArtifactPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     redeemSignInCode: {
         parameters: {
             query?: never;

@@ -83,6 +83,7 @@ export const NODE_TYPE_LABEL: Record<LineageNodeType, string> = {
   run: 'run',
   checkpoint: 'checkpoint',
   eval_result: 'eval',
+  artifact: 'artifact',
 };
 
 /** The page an entity has of its own, if any (a dataset version has only its lineage). */

@@ -3,6 +3,7 @@
 from crucible.db.tables.base import Base
 from crucible.db.tables.cluster import ClusterNode, RunPod
 from crucible.db.tables.lineage import (
+    Artifact,
     Checkpoint,
     Dataset,
     DatasetVersion,
@@ -17,6 +18,7 @@ from crucible.db.tables.tenancy import ApiToken, Experiment, Project
 
 __all__ = [
     "ApiToken",
+    "Artifact",
     "Attempt",
     "Base",
     "Checkpoint",

@@ -1,4 +1,4 @@
-"""Datasets, checkpoints, eval results and the edges that connect them to runs."""
+"""Datasets, checkpoints, eval results, artifacts and the edges that connect them to runs."""
 
 from datetime import datetime
 from typing import Any
@@ -71,6 +71,27 @@ class EvalResult(Base):
     )
     suite: Mapped[str] = mapped_column(String(63))
     scores: Mapped[dict[str, float]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Artifact(Base):
+    """A file or directory made from checkpoints or datasets (an exported model, a trained
+    tokenizer), content-addressed; its sources are lineage edges (`derived`)."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("project_id", "uri"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))
+    uri: Mapped[str] = mapped_column(String(2000))
+    digest: Mapped[str] = mapped_column(String(100))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    meta: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    produced_by_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("runs.id", ondelete="SET NULL"), index=True
+    )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

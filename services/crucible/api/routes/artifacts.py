@@ -1,0 +1,51 @@
+"""Artifacts: exported models and trained tokenizers, with their sources in lineage."""
+
+from fastapi import APIRouter
+
+from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
+from crucible.api.params import Limit, PathId
+from crucible.core import artifacts
+from crucible.domain.enums import ArtifactKind
+from crucible.domain.storage_uris import require_under_roots
+from crucible.schemas.common import Page
+from crucible.schemas.lineage import ArtifactCreate, ArtifactPublic
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.post("/artifacts", status_code=201, operation_id="registerArtifact", tags=["artifacts"])
+def register_artifact(
+    body: ArtifactCreate, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
+) -> ArtifactPublic:
+    """Register an artifact made from checkpoints or dataset versions of the project. The
+    same URI and digest again returns it; the same URI with another digest is a 409. Its URI
+    must lie under a storage root."""
+    require_under_roots(body.uri, settings.storage_roots)
+    with uow() as session:
+        return artifacts.register_artifact(session=session, principal=principal, artifact_in=body)
+
+
+@router.get("/artifacts/{artifact_id}", operation_id="getArtifact", tags=["artifacts"])
+def get_artifact(artifact_id: PathId, uow: Uow, principal: CurrentPrincipal) -> ArtifactPublic:
+    with uow() as session:
+        return artifacts.get_artifact(session=session, principal=principal, artifact_id=artifact_id)
+
+
+@router.get("/artifacts", operation_id="listArtifacts", tags=["artifacts"])
+def list_artifacts(
+    project: str,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    kind: ArtifactKind | None = None,
+    cursor: str | None = None,
+    limit: Limit = 100,
+) -> Page[ArtifactPublic]:
+    with uow() as session:
+        return artifacts.list_artifacts(
+            session=session,
+            principal=principal,
+            project=project,
+            kind=kind,
+            cursor=cursor,
+            limit=limit,
+        )

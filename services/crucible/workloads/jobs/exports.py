@@ -1,0 +1,99 @@
+"""A registered checkpoint written out as a Hugging Face model directory, and registered as
+a `model` artifact derived from it, so lineage runs from the data to the exported model.
+
+`crucible checkpoints export` runs it; what it reads is digest-checked like any load.
+"""
+
+import logging
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from crucible.workloads.jobs.checkpoints import checked_tokenizer, model_spec_of
+
+if TYPE_CHECKING:
+    from crucible.client import CrucibleClient
+    from crucible.schemas.lineage import ArtifactPublic, CheckpointPublic
+
+log = logging.getLogger("crucible.workloads.export")
+
+
+@dataclass(frozen=True)
+class Exported:
+    checkpoint: "CheckpointPublic"
+    directory: Path
+    artifact: "ArtifactPublic | None"
+    """None when not registered."""
+
+
+def export_checkpoint(
+    client: "CrucibleClient",
+    checkpoint_id: int,
+    directory: Path,
+    *,
+    project: str,
+    name: str | None = None,
+    register: bool = True,
+) -> Exported:
+    """Write checkpoint `checkpoint_id` to `directory` (which must not exist or be empty)
+    and, with `register`, record it as an artifact of `project` named `name` (default
+    `<run>-step<step>-hf`)."""
+    if directory.exists() and any(directory.iterdir()):
+        raise FileExistsError(f"{directory} is not empty; export into a new directory")
+    record = client.get_checkpoint(checkpoint_id)
+    spec = model_spec_of(record, None)
+    tokenizer = checked_tokenizer(spec)
+
+    # torch only once the request is known to be good: its import is seconds.
+    import torch
+
+    from crucible.artifacts.digest import content_of
+    from crucible.schemas.lineage import ArtifactCreate
+    from crucible.sdk.checkpoint import CheckpointStore
+    from crucible.workloads.export import export_model
+    from crucible.workloads.train import model_only
+
+    # DCP says so on every load outside a process group; one process is the point here.
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
+    model = spec.build(device=torch.device("cpu"))
+    state = model.state_dict()
+    store = CheckpointStore(client, run_id=record.run_id, attempt=None, base_uri=record.uri)
+    store.load(model_only(state), None, checkpoint_id=record.id)
+    model.load_state_dict(state)
+    # Written beside the target and renamed into place: a crash leaves no half directory
+    # under the name a user (or a registration) would trust.
+    partial = directory.with_name(directory.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)  # a crashed export's, ours to drop
+    export_model(model.eval(), tokenizer, partial)
+    if directory.exists():
+        directory.rmdir()  # empty, checked above
+    partial.rename(directory)
+    log.info(
+        "exported checkpoint %d (run %d, step %d) to %s",
+        record.id,
+        record.run_id,
+        record.step,
+        directory,
+    )
+    if not register:
+        return Exported(record, directory, None)
+    run = client.get_run(record.run_id)
+    content = content_of(directory)
+    artifact = client.register_artifact(
+        ArtifactCreate.model_validate(
+            {
+                "project": project,
+                "kind": "model",
+                "name": name or f"{run.name}-step{record.step}-hf",
+                "uri": directory.resolve().as_uri(),
+                "digest": content.digest,
+                "size_bytes": content.size_bytes,
+                "meta": {"format": "huggingface", "model": record.meta.get("model")},
+                "sources": [{"type": "checkpoint", "id": record.id}],
+            }
+        )
+    )
+    return Exported(record, directory, artifact)

@@ -1,0 +1,128 @@
+"""`crucible checkpoints export` as a user runs it, against a real API server: a trained
+checkpoint written as a Hugging Face directory that loads back as `model: {hf: {path}}` and
+answers with the same tokens, registered as a model artifact derived from the checkpoint;
+and the refusals (a directory in use, a checkpoint that does not exist)."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from crucible.artifacts.digest import content_of
+from crucible.schemas.lineage import DatasetVersionCreate
+from crucible.sdk.checkpoint import CheckpointStore
+from crucible.workloads.data import write_jsonl
+from crucible.workloads.jobs.checkpoints import model_spec_of
+from crucible.workloads.model_spec import HFModelSource, ModelSpec
+from crucible.workloads.rollout import greedy_completions
+from crucible.workloads.tasks.arithmetic import solve
+from crucible.workloads.train import model_only
+from tests.conftest import ADMIN_TOKEN
+from tests.servers import crucible
+from tests.workloads.test_jobs import Platform, platform, server
+
+__all__ = ["platform", "server"]  # the fixtures, imported for this module
+
+PROMPTS = [f"{a}+{b}=" for a in range(10) for b in range(10)]
+
+
+@dataclass(frozen=True)
+class Trained:
+    checkpoint_id: int
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def trained(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    path = tmp_path_factory.mktemp("data") / "sft.jsonl"
+    write_jsonl(path, [{"prompt": p, "completion": solve(p)} for p in PROMPTS])
+    platform.api.register_dataset_version(
+        DatasetVersionCreate.model_validate(
+            {
+                "project": "default",
+                "name": "export-sft",
+                "uri": path.as_uri(),
+                "digest": content_of(path).digest,
+                "record_count": len(PROMPTS),
+            }
+        )
+    )
+    train = {"steps": 6, "batch_size": 16, "warmup_steps": 1, "lr": 3e-3}
+    run_id = platform.submit(
+        "train",
+        config={
+            "model": {"preset": "tiny"},
+            "task": {"digits": 1, "operators": ["+"]},
+            "train": train,
+        },
+        inputs=[{"dataset": "export-sft@1"}],
+    )
+    platform.start("train", run_id, datasets=["export-sft@1"], label="sft").ok()
+    env = platform.server.env | {
+        "CRUCIBLE_API_URL": platform.server.url,
+        "CRUCIBLE_TOKEN": ADMIN_TOKEN,
+        "CRUCIBLE_HOME": str(platform.home),
+    }
+    return Trained(platform.checkpoints(run_id)[-1].id, env)
+
+
+def original_model(platform: Platform, checkpoint_id: int) -> tuple[Any, Any]:
+    """The checkpoint's model and tokenizer, as the jobs load them."""
+    record = platform.api.get_checkpoint(checkpoint_id)
+    spec = model_spec_of(record, None)
+    model = spec.build(device=torch.device("cpu"))
+    state = model.state_dict()
+    store = CheckpointStore(platform.api, run_id=record.run_id, attempt=None, base_uri=record.uri)
+    store.load(model_only(state), None, checkpoint_id=checkpoint_id)
+    model.load_state_dict(state)
+    return model.eval(), spec.build_tokenizer()
+
+
+def test_export_writes_a_hf_directory_that_answers_the_same_and_registers_it(
+    platform: Platform, trained: Trained, tmp_path: Path
+) -> None:
+    directory = tmp_path / "sft-hf"
+    done = crucible(
+        trained.env,
+        "checkpoints",
+        "export",
+        str(trained.checkpoint_id),
+        str(directory),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in directory.iterdir()
+    }
+    assert not directory.with_name("sft-hf.partial").exists()
+
+    spec = ModelSpec(hf=HFModelSource(path=str(directory)))
+    exported, tokenizer = spec.build(device=torch.device("cpu")).eval(), spec.build_tokenizer()
+    original, original_tokenizer = original_model(platform, trained.checkpoint_id)
+    prompts = PROMPTS[::7]
+    assert [tokenizer.encode(p) for p in prompts] == [original_tokenizer.encode(p) for p in prompts]
+    ours = greedy_completions(original, original_tokenizer, prompts, max_new_tokens=3, batch_size=8)
+    assert greedy_completions(exported, tokenizer, prompts, max_new_tokens=3, batch_size=8) == ours
+
+    (artifact,) = platform.api.list_artifacts("default", kind="model").items
+    assert f"registered artifact {artifact.id}" in done.stdout
+    assert artifact.uri == directory.resolve().as_uri()
+    assert artifact.digest == content_of(directory).digest
+    assert [(s.type, s.id) for s in artifact.sources] == [("checkpoint", trained.checkpoint_id)]
+
+
+def test_export_refuses_a_directory_in_use_and_a_missing_checkpoint(
+    trained: Trained, tmp_path: Path
+) -> None:
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    refused = crucible(trained.env, "checkpoints", "export", str(trained.checkpoint_id), str(used))
+    assert refused.returncode == 1
+    assert f"{used} is not empty" in refused.stderr
+    assert (used / "notes.txt").read_text() == "mine"
+    missing = crucible(trained.env, "checkpoints", "export", "999999", str(tmp_path / "x"))
+    assert missing.returncode == 1 and "999999" in missing.stderr
+    assert not (tmp_path / "x").exists()
