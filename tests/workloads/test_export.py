@@ -20,6 +20,7 @@ from crucible.workloads.model import GPT, build_model
 from crucible.workloads.model_spec import ModelSpec
 from crucible.workloads.rollout import greedy_completions
 from crucible.workloads.tokenizer import ByteTokenizer
+from tests.workloads.test_hf_model import DECODER
 
 TEXTS = ["37+58=95", "héllo ✓  wörld\n\ttab", "", "<|eos|> is text here"]
 
@@ -62,18 +63,7 @@ def bpe_tokenizer(directory: Path) -> HFTokenizer:
 
 def tiny_llama() -> HFCausalLM:
     torch.manual_seed(0)
-    source = HFModelSource(
-        architecture="llama",
-        config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=264,
-            max_position_embeddings=64,
-        ),
-    )
+    source = HFModelSource(architecture="llama", config=DECODER)
     model = build_hf_model(source)
     # As the GPT fixture: at init scale greedy decoding repeats one token whatever the prompt.
     with torch.no_grad():
