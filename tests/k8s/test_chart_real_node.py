@@ -207,10 +207,14 @@ def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoi
     pods = h.kubectl_json(
         "get", "pods", "-l", "crucible.dev/run=multinode-sft", "-o", "json", namespace=PROJECT
     )["items"]
+    with CrucibleClient(release.url, release.token) as api:
+        attempts = [
+            (a.number, a.end_reason, a.exit_code, a.message) for a in api.list_attempts(run.id)
+        ]
     assert sorted(p["metadata"]["name"] for p in pods) == [
         "multinode-sft-a1-0",
         "multinode-sft-a1-1",
-    ]
+    ], (attempts, release.logs())
     assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
     # Rank 1 found rank 0 by its DNS name (the headless Service), as torchrun's MASTER_ADDR.
     follower = next(p for p in pods if p["metadata"]["name"].endswith("-1"))
