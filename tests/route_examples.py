@@ -37,6 +37,15 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
         "linkRunInput": {"dataset_version_id": b["version"]},
         "registerCheckpoint": {"step": 99, "uri": "s3://x/c99", "digest": DIGEST, "size_bytes": 1},
         "recordEvalResult": {"checkpoint_id": b["checkpoint"], "suite": "s", "scores": {"a": 1.0}},
+        "registerArtifact": {
+            "project": MARKER,
+            "kind": "model",
+            "name": "a2",
+            "uri": "s3://x/a2",
+            "digest": DIGEST,
+            "size_bytes": 1,
+            "sources": [{"type": "checkpoint", "id": b["checkpoint"]}],
+        },
         "reportCluster": {"nodes": [], "pods": []},
         "redeemSignInCode": {"code": "not-a-code"},
     }
@@ -50,6 +59,7 @@ def concrete_path(path: str, b: dict[str, int]) -> str:
         "checkpoint_id": b["checkpoint"],
         "version_id": b["version"],
         "dataset_id": b["dataset"],
+        "artifact_id": b["artifact"],
         "token_id": b["token"],
         "number": 1,
         "entity": "run",
@@ -99,6 +109,18 @@ def project_b(admin: TestClient) -> dict[str, int]:
         "/api/v1/evals",
         json={"checkpoint_id": checkpoint["id"], "suite": f"{MARKER}-suite", "scores": {"acc": 1}},
     ).is_success
+    artifact = admin.post(
+        "/api/v1/artifacts",
+        json={
+            "project": MARKER,
+            "kind": "model",
+            "name": f"{MARKER}-model",
+            "uri": f"s3://{MARKER}/m",
+            "digest": DIGEST,
+            "size_bytes": 1,
+            "sources": [{"type": "checkpoint", "id": checkpoint["id"]}],
+        },
+    ).json()
     token = admin.post(
         "/api/v1/tokens", json={"name": f"{MARKER}-token", "project": MARKER, "role": "admin"}
     ).json()
@@ -109,5 +131,6 @@ def project_b(admin: TestClient) -> dict[str, int]:
         "checkpoint": checkpoint["id"],
         "version": version["id"],
         "dataset": version["dataset_id"],
+        "artifact": artifact["id"],
         "token": token["id"],
     }
