@@ -45,7 +45,8 @@ def test_every_route_answers_503_while_postgres_is_down_and_recovers(
 ) -> None:
     app = app_on_private_postgres
     ids = dict.fromkeys(
-        ("project", "run", "experiment", "checkpoint", "version", "dataset", "token"), 1
+        ("project", "run", "experiment", "checkpoint", "version", "dataset", "artifact", "token"),
+        1,
     )
     bodies = example_bodies(ids)
     with TestClient(app, headers=bearer(ADMIN_TOKEN)) as client:
