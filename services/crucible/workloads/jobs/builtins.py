@@ -4,7 +4,7 @@ held to the same contracts as a team's own (docs/workloads.md)."""
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crucible.workloads.tasks.arithmetic import solve
+from crucible.workloads.tasks.arithmetic import SolverTeacher, solve
 
 if TYPE_CHECKING:  # torch is imported by the job once the config is known to be good
     from crucible.workloads.model_handle import ModelHandle
@@ -55,4 +55,4 @@ def arithmetic(model: "ModelHandle") -> dict[str, float]:
 
 def arithmetic_solver(prompts: Sequence[str]) -> list[str]:
     """The programmatic teacher: the exact answer to each arithmetic prompt."""
-    return [solve(p) for p in prompts]
+    return SolverTeacher().complete(prompts)
