@@ -13,9 +13,9 @@ import torch
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.sdk.checkpoint import CheckpointStore
-from crucible.workloads.data import write_jsonl
 from crucible.workloads.jobs.checkpoints import model_spec_of
 from crucible.workloads.model_spec import HFModelSource, ModelSpec
+from crucible.workloads.records import write_jsonl
 from crucible.workloads.rollout import greedy_completions
 from crucible.workloads.tasks.arithmetic import solve
 from crucible.workloads.train import model_only

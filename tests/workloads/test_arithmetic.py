@@ -5,8 +5,8 @@ import random
 import pytest
 
 from crucible.workloads.config import TaskConfig
-from crucible.workloads.data import read_jsonl
 from crucible.workloads.datagen import write_sft_dataset
+from crucible.workloads.records import read_jsonl
 from crucible.workloads.tasks.arithmetic import (
     ArithmeticTask,
     SolverTeacher,

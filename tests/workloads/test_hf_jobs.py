@@ -9,7 +9,7 @@ import pytest
 
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.workloads.data import write_jsonl
+from crucible.workloads.records import write_jsonl
 from crucible.workloads.tasks.arithmetic import solve
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_jobs import Job, Platform, platform, server

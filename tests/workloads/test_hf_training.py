@@ -10,10 +10,10 @@ import torch
 from crucible.workloads.bpe import train_bpe
 from crucible.workloads.checkpoint import DirectoryCheckpointer
 from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig
-from crucible.workloads.data import read_jsonl
 from crucible.workloads.evaluate import evaluate
 from crucible.workloads.hf_model import HFCausalLM
 from crucible.workloads.model_spec import HFModelSource, ModelSpec
+from crucible.workloads.records import read_jsonl
 from crucible.workloads.rollout import per_sample, rollout, write_trajectories
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
 from crucible.workloads.train import Trainer

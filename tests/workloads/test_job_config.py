@@ -64,7 +64,10 @@ def test_sections_are_converted_to_their_dataclasses() -> None:
             "config.train.stepz is not a field; valid: mode, steps, batch_size, "
             "grad_accum_steps, lr,",
         ),
-        ({"trian": {}}, "config.trian is not a section; valid: model, task, train, rollout, eval"),
+        (
+            {"trian": {}},
+            "config.trian is not a section; valid: model, task, train, data, rollout, eval",
+        ),
         (
             {"model": {"layers": 2}},
             "config.model.layers is not a field; valid: preset, hf, tokenizer, n_layer",

@@ -27,7 +27,7 @@ from crucible.client import CrucibleClient
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.runs import AttemptEnd, AttemptStart, RunSubmit
 from crucible.workloads.config import TaskConfig, model_preset
-from crucible.workloads.data import read_jsonl, write_jsonl
+from crucible.workloads.records import read_jsonl, write_jsonl
 from crucible.workloads.tasks.arithmetic import solve
 from tests.conftest import ADMIN_TOKEN
 from tests.sdk.conftest import ServerProcess, server

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from crucible.domain.specs import EvalPolicy, PolicyRef, RewardSpec
-from crucible.workloads.data import read_jsonl
+from crucible.workloads.records import read_jsonl
 from tests.workloads.test_jobs import Job, Platform, platform, server
 
 __all__ = ["platform", "server"]  # the fixtures, imported for this module

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from crucible.workloads.config import RolloutConfig, model_preset
-from crucible.workloads.data import read_jsonl
 from crucible.workloads.datagen import teach
 from crucible.workloads.model import build_model
+from crucible.workloads.records import read_jsonl
 from crucible.workloads.rollout import (
     ModelTeacher,
     greedy_completions,

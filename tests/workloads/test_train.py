@@ -9,8 +9,8 @@ import torch
 
 from crucible.workloads.checkpoint import DirectoryCheckpointer, Stateful
 from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig, model_preset
-from crucible.workloads.data import read_jsonl
 from crucible.workloads.evaluate import evaluate
+from crucible.workloads.records import read_jsonl
 from crucible.workloads.rollout import per_sample, rollout, write_trajectories
 from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
 from crucible.workloads.train import Trainer

@@ -1,16 +1,16 @@
 """Entry point: `crucible <command>`. Errors are one sentence on stderr and a non-zero exit."""
 
-import functools
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import typer
 import yaml
 from pydantic import ValidationError
 from rich.markup import escape
 
+from crucible.cli.common import ProjectOpt, client, friendly_errors
+from crucible.cli.datasets import datasets_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
 from crucible.client import ApiError, CrucibleClient, provenance
@@ -36,30 +36,7 @@ app.add_typer(projects_app, name="projects")
 app.add_typer(experiments_app, name="experiments")
 app.add_typer(runs_app, name="runs")
 app.add_typer(checkpoints_app, name="checkpoints")
-
-P = ParamSpec("P")
-R = TypeVar("R")
-ProjectOpt = Annotated[
-    str, typer.Option("--project", "-p", envvar="CRUCIBLE_PROJECT", help="Project name.")
-]
-
-
-def friendly_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn the errors a user can cause into one line on stderr and exit code 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except (ApiError, CrucibleError, OSError, yaml.YAMLError) as exc:
-            errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(1)
-
-    return wrapper
-
-
-def client() -> CrucibleClient:
-    return CrucibleClient.from_settings(load_settings())
+app.add_typer(datasets_app, name="datasets")
 
 
 @app.command()

@@ -181,6 +181,28 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    """How SFT and pre-training read their datasets (`workloads/train_data.py`)."""
+
+    shape: Literal["auto", "text", "prompt_completion", "chat"] = "auto"
+    """The records' shape: "text" (pre-training on every token), "prompt_completion" (SFT
+    on the completion), "chat" (SFT on the assistant's messages); "auto" reads it from the
+    first record's fields."""
+
+    packing: bool = False
+    """Pack several examples into each row, up to `seq_len` positions, instead of one
+    example a row padded to the batch's longest; documents never attend to each other."""
+
+    seq_len: int | None = None
+    """Positions in a row (longer examples are cut, text split); None: the model's
+    max_seq_len."""
+
+    shuffle_block: int = 1024
+    """Records per shuffle block: each epoch visits the blocks, and the records within each,
+    in a new order; only one block is in memory at a time."""
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     """Sampling completions from a policy."""
 

@@ -1,14 +1,15 @@
-"""From (prompt, completion) records to token batches, and a resumable sampler.
+"""From tokenised examples to batches, one example a row or several packed into a row, and
+a resumable sampler.
 
-A sequence is [BOS] prompt completion [EOS]; the loss mask covers the completion and
-EOS only, so the model is never trained to produce the prompt.
+An SFT sequence is [BOS] prompt completion [EOS]; the loss mask covers the completion and
+EOS only, so the model is never trained to produce the prompt. A packed row holds several
+documents end to end: positions restart at 0 at each one, which is how the models know not
+to attend across a document boundary (`GPT.forward`, `HFCausalLM.forward`), and no target
+crosses one.
 """
 
-import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -33,6 +34,26 @@ class Example:
     advantage: float = 0.0
     """RL: the group-normalised advantage of this sample."""
 
+    trained: list[bool] | None = None
+    """Per token, whether the model learns to produce it (chat: the assistant's turns);
+    None: every token from `prompt_len` on."""
+
+    @property
+    def num_targets(self) -> int:
+        """Positions this example takes in a row: one per token after the first."""
+        return len(self.tokens) - 1
+
+    def target_mask(self) -> list[float]:
+        """Per target (token t+1 predicted at position t): 1.0 where it is trained."""
+        if self.trained is not None:
+            return [1.0 if t else 0.0 for t in self.trained[1:]]
+        first = self.prompt_len - 1
+        return [0.0] * first + [1.0] * (self.num_targets - first)
+
+
+Row = Sequence[Example]
+"""The examples of one row of a batch: one, or several packed end to end."""
+
 
 @dataclass
 class Batch:
@@ -51,6 +72,10 @@ class Batch:
     advantages: Tensor
     """(batch,) per-sequence advantage (0 in SFT)."""
 
+    positions: Tensor | None = None
+    """(batch, seq) each token's position in its own document, for packed rows (None: one
+    document a row, positions 0, 1, ...)."""
+
     def to(self, device: torch.device) -> "Batch":
         return Batch(
             inputs=self.inputs.to(device),
@@ -58,6 +83,7 @@ class Batch:
             loss_mask=self.loss_mask.to(device),
             old_logprobs=self.old_logprobs.to(device),
             advantages=self.advantages.to(device),
+            positions=self.positions.to(device) if self.positions is not None else None,
         )
 
 
@@ -70,26 +96,44 @@ def encode_sft(tokenizer: Tokenizer, prompt: str, completion: str) -> Example:
 
 
 def collate(examples: Sequence[Example], *, pad_id: int) -> Batch:
-    seq = max(len(e.tokens) for e in examples) - 1
-    n = len(examples)
+    """One example a row, right-padded to the longest."""
+    return collate_rows([[e] for e in examples], pad_id=pad_id)
+
+
+def collate_rows(rows: Sequence[Row], *, pad_id: int) -> Batch:
+    """Rows of one or more examples each, right-padded to the longest row. A row's advantage
+    is its first example's (RL rows hold one sample each)."""
+    seq = max(sum(e.num_targets for e in row) for row in rows)
+    n = len(rows)
     inputs = torch.full((n, seq), pad_id, dtype=torch.long)
     targets = torch.full((n, seq), pad_id, dtype=torch.long)
     loss_mask = torch.zeros(n, seq)
     old_logprobs = torch.zeros(n, seq)
-    for row, example in enumerate(examples):
-        tokens = torch.tensor(example.tokens, dtype=torch.long)
-        length = len(example.tokens) - 1
-        inputs[row, :length] = tokens[:-1]
-        targets[row, :length] = tokens[1:]
-        # Target t predicts token t+1: completion tokens are targets prompt_len-1 onwards.
-        first = example.prompt_len - 1
-        loss_mask[row, first:length] = 1.0
-        if example.old_logprobs is not None:
-            old_logprobs[row, first : first + len(example.old_logprobs)] = torch.tensor(
-                example.old_logprobs
-            )
-    advantages = torch.tensor([e.advantage for e in examples])
-    return Batch(inputs, targets, loss_mask, old_logprobs, advantages)
+    packed = any(len(row) > 1 for row in rows)
+    # Padding counts on from the last document, so it never starts a document of its own.
+    positions = torch.arange(seq).repeat(n, 1) if packed else None
+    for row_index, row in enumerate(rows):
+        at = 0
+        for example in row:
+            tokens = torch.tensor(example.tokens, dtype=torch.long)
+            length = example.num_targets
+            span = slice(at, at + length)
+            inputs[row_index, span] = tokens[:-1]
+            targets[row_index, span] = tokens[1:]
+            loss_mask[row_index, span] = torch.tensor(example.target_mask())
+            if example.old_logprobs is not None:
+                # Target t predicts token t+1: completion tokens are targets prompt_len-1 on.
+                first = at + example.prompt_len - 1
+                old_logprobs[row_index, first : first + len(example.old_logprobs)] = torch.tensor(
+                    example.old_logprobs
+                )
+            if positions is not None:
+                positions[row_index, span] = torch.arange(length)
+            at += length
+        if positions is not None and at < seq:
+            positions[row_index, at:] = positions[row_index, at - 1] + 1 + torch.arange(seq - at)
+    advantages = torch.tensor([row[0].advantage for row in rows])
+    return Batch(inputs, targets, loss_mask, old_logprobs, advantages, positions)
 
 
 class Sampler:
@@ -142,24 +186,3 @@ class Sampler:
         self.epoch = state["epoch"]
         self.index = state["index"]
         self._order = self._permutation(self.epoch)
-
-
-def write_jsonl(path: Path | str, records: Iterable[dict[str, Any]]) -> int:
-    """Write records one JSON object a line; returns how many."""
-    count = 0
-    with Path(path).open("w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record) + "\n")
-            count += 1
-    return count
-
-
-def read_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number} is not valid JSON ({exc})") from None

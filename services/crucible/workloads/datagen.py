@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crucible.workloads.data import write_jsonl
+from crucible.workloads.records import write_jsonl
 from crucible.workloads.tasks.arithmetic import Problem, Teacher
 
 

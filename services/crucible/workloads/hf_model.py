@@ -9,6 +9,7 @@ has no weights to fetch.
 `HFCausalLM` wraps the transformers model so the trainer, the generators and the evals call
 it as they call `GPT`: `model(tokens, key_valid=..., cache=...)` returns logits, positions
 count valid tokens only (left-padded prompts see the positions an unpadded prompt would),
+`model(tokens, positions=...)` keeps the documents of a packed row apart,
 `new_cache()` starts an empty KV cache, `blocks` are the decoder layers (FSDP's units and
 what `compile_blocks` compiles), and `activation_checkpointing` switches transformers' own
 gradient checkpointing.
@@ -84,6 +85,7 @@ class HFCausalLM(nn.Module):
         *,
         key_valid: Tensor | None = None,
         cache: HFCache | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Logits for `tokens` (batch, seq), as `GPT.forward` defines them."""
         batch, seq = tokens.shape
@@ -91,6 +93,13 @@ class HFCausalLM(nn.Module):
         total = start + seq
         if total > self.max_seq_len:
             raise ValueError(f"sequence of {total} tokens exceeds max_seq_len={self.max_seq_len}")
+        if positions is not None:
+            if cache is not None or key_valid is not None:
+                raise ValueError("packed positions are for training: no cache, no key_valid")
+            # Without an attention mask transformers reads restarting position_ids as packed
+            # documents and masks attention across their boundaries (masking_utils).
+            out = self.inner(input_ids=tokens, position_ids=positions, use_cache=False)
+            return out.logits  # type: ignore[no-any-return]
         if key_valid is None and cache is None:
             return self.inner(input_ids=tokens, use_cache=False).logits  # type: ignore[no-any-return]
         if key_valid is None:

@@ -1,6 +1,7 @@
 """A small GPT: pre-norm blocks, causal SDPA, GELU MLP, tied embeddings, explicit KV cache.
 
-Two attention paths: training uses `is_causal=True` (the fused kernels' fast path);
+Three attention paths: training uses `is_causal=True` (the fused kernels' fast path);
+packed rows (several documents end to end) pass a mask that keeps each document to itself;
 generation passes an explicit mask so that left-padded prompts of different lengths can
 share a batch, and so that the cached and uncached paths compute the same thing.
 """
@@ -116,12 +117,15 @@ class GPT(nn.Module):
         *,
         key_valid: Tensor | None = None,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Logits for `tokens` (batch, seq).
 
         key_valid: (batch, cached + seq) bool, False at left padding. Positions count
         valid tokens only, so a padded prompt sees the same positions as an unpadded one.
         cache: when given, `tokens` continue the cached positions and are appended to it.
+        positions: (batch, seq) for packed rows, each token's position in its document; a
+        token attends only to earlier tokens of its own document (not with a cache).
         """
         batch, seq = tokens.shape
         start = cache.length if cache is not None else 0
@@ -131,7 +135,11 @@ class GPT(nn.Module):
                 f"sequence of {total} tokens exceeds max_seq_len={self.config.max_seq_len}"
             )
         attn_mask: Tensor | None = None
-        if key_valid is None and cache is None:
+        if positions is not None:
+            if cache is not None or key_valid is not None:
+                raise ValueError("packed positions are for training: no cache, no key_valid")
+            attn_mask = document_mask(positions)
+        elif key_valid is None and cache is None:
             positions = torch.arange(seq, device=tokens.device).unsqueeze(0)
         else:
             if key_valid is None:
@@ -168,6 +176,23 @@ def valid_positions(key_valid: Tensor) -> Tensor:
     """(batch, total) position of each token counting valid tokens only, so a left-padded
     prompt sees the positions an unpadded one would (padding sits at 0)."""
     return (key_valid.long().cumsum(1) - 1).clamp(min=0)
+
+
+def document_ids(positions: Tensor) -> Tensor:
+    """(batch, seq) which document of its row each token is in: a new one begins wherever
+    the position does not go on from the previous token's (as transformers reads packed
+    `position_ids`)."""
+    before = torch.cat([positions[:, :1] - 1, positions[:, :-1]], dim=1)
+    return (positions - before != 1).cumsum(1)
+
+
+def document_mask(positions: Tensor) -> Tensor:
+    """(batch, 1, seq, seq) bool: causal, and only within the query's own document."""
+    documents = document_ids(positions)
+    seq = positions.size(1)
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=positions.device).tril()
+    same = documents[:, :, None] == documents[:, None, :]
+    return (same & causal)[:, None]
 
 
 def _generation_mask(key_valid: Tensor, start: int, seq: int) -> Tensor:

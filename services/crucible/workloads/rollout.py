@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from crucible.workloads.config import RolloutConfig
-from crucible.workloads.data import write_jsonl
 from crucible.workloads.generate import Generation, fast_generator
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.model import GPT
+from crucible.workloads.records import write_jsonl
 from crucible.workloads.tokenizer import Tokenizer
 
 RewardFn = Callable[[str, str], float]

@@ -26,8 +26,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from crucible.workloads.checkpoint import Checkpointer, Stateful
-from crucible.workloads.config import ModelConfig, TrainConfig
-from crucible.workloads.data import Batch, Example, Sampler, collate, encode_sft
+from crucible.workloads.config import DataConfig, ModelConfig, TrainConfig
+from crucible.workloads.data import Batch, Row, collate_rows
 from crucible.workloads.fp8 import convert_to_float8, float8_stats
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.model_spec import ModelSpec, as_model_spec
@@ -37,7 +37,8 @@ from crucible.workloads.parallelize import (
     compile_blocks,
     compile_model,
 )
-from crucible.workloads.tokenizer import Tokenizer
+from crucible.workloads.records import RecordSource
+from crucible.workloads.train_data import Item, build_train_data
 
 MetricsFn = Callable[[int, dict[str, float]], None]
 """Receives (step, metrics) after every step; the run SDK's `run.log` fits."""
@@ -52,15 +53,18 @@ class Trainer:
         self,
         config: TrainConfig,
         model: ModelConfig | ModelSpec,
-        records: Sequence[dict[str, Any]],
+        records: Sequence[dict[str, Any]] | tuple[RecordSource, str],
         *,
+        data: DataConfig | None = None,
         checkpointer: Checkpointer | None = None,
         init_model_state: dict[str, Tensor] | None = None,
         log: MetricsFn | None = None,
         device: torch.device | None = None,
     ) -> None:
         """model: the built-in GPT's shape, or a ModelSpec (a Hugging Face model too).
-        records: SFT {"prompt", "completion"}, or RL trajectories from `rollout.py`.
+        records: SFT and pre-training records in memory, or (source, shape) streaming
+        them (`train_data.open_files`); RL trajectories from `rollout.py`, in memory.
+        data: how SFT and pre-training read and pack their records.
         init_model_state: weights to start from (RL requires the SFT checkpoint's)."""
         self.config = config
         self.checkpointer = checkpointer
@@ -73,13 +77,13 @@ class Trainer:
 
         self.model_spec = as_model_spec(model)
         self.tokenizer = self.model_spec.build_tokenizer()
-        # An item is one sequence in SFT and one group of K samples in RL.
-        self.items = build_items(config, self.tokenizer, records)
-        self.sampler = Sampler(len(self.items), seed=config.seed)
 
         if config.mode == "rl" and init_model_state is None:
             raise ValueError("RL mode starts from a policy: pass the SFT checkpoint's weights")
         self.raw_model = self.model_spec.build(device=self.device)
+        self.data = build_train_data(
+            config, data or DataConfig(), self.tokenizer, records, self.raw_model.max_seq_len
+        )
         if init_model_state is not None:
             self.raw_model.load_state_dict(init_model_state)
         self.reference = maybe_build_reference(config, self.raw_model)
@@ -137,16 +141,16 @@ class Trainer:
         return losses
 
     def train_step(self) -> dict[str, float]:
-        indices = self.sampler.take(self.config.batch_size)
+        items = self.data.take(self.config.batch_size)
         # Every rank draws the same global batch and keeps its own slice, so the data
         # order does not depend on the number of ranks.
-        mine = indices[self.rank :: self.world_size]
+        mine = items[self.rank :: self.world_size]
         micro_batches = [
             mine[i : i + self.micro_batch_size] for i in range(0, len(mine), self.micro_batch_size)
         ]
         loss_sum = torch.zeros((), device=self.device)
         for i, chunk in enumerate(micro_batches):
-            batch = collate(self._examples(chunk), pad_id=self.tokenizer.PAD).to(self.device)
+            batch = collate_rows(_rows(chunk), pad_id=self.tokenizer.PAD).to(self.device)
             with self._maybe_no_sync(last=i == len(micro_batches) - 1):
                 loss_sum += self.forward_backward_step(batch, scale=1 / len(micro_batches))
         grad_norm = nn.utils.clip_grad_norm_(
@@ -165,8 +169,9 @@ class Trainer:
             "loss": loss_sum.item() / len(micro_batches),
             "grad_norm": float(grad_norm),
             "lr": lr,
-            # Positions trained on in the global batch (every rank knows all of it).
-            "tokens": float(sum(len(e.tokens) - 1 for e in self._examples(indices))),
+            # Positions trained on in the global batch (every rank knows all of it): padding
+            # is not counted, so tokens/s is the useful throughput.
+            "tokens": float(sum(e.num_targets for row in _rows(items) for e in row)),
         }
         if self._fp8_stats_due():
             metrics.update(float8_stats(self.raw_model))
@@ -180,7 +185,10 @@ class Trainer:
 
     def forward_backward_step(self, batch: Batch, *, scale: float) -> Tensor:
         with self._autocast():
-            logits = self.model(batch.inputs)
+            if batch.positions is None:
+                logits = self.model(batch.inputs)
+            else:
+                logits = self.model(batch.inputs, positions=batch.positions)
         logits = logits.float()
         if self.config.mode == "sft":
             loss = sft_loss(logits, batch)
@@ -248,9 +256,6 @@ class Trainer:
         self.checkpointer.wait()
         self.last_checkpoint_step = step
 
-    def _examples(self, indices: Sequence[int]) -> list[Example]:
-        return [example for i in indices for example in self.items[i]]
-
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.device.type == "cuda" and self.config.bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -278,57 +283,8 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def build_items(
-    config: TrainConfig, tokenizer: Tokenizer, records: Sequence[dict[str, Any]]
-) -> list[list[Example]]:
-    if not records:
-        raise ValueError("the training dataset has no records")
-    if config.mode == "sft":
-        return [[encode_sft(tokenizer, r["prompt"], r["completion"])] for r in records]
-    return build_rl_groups(tokenizer, records, config.samples_per_prompt)
-
-
-def build_rl_groups(
-    tokenizer: Tokenizer, records: Sequence[dict[str, Any]], samples_per_prompt: int
-) -> list[list[Example]]:
-    """Group trajectories by prompt and give each its GRPO advantage:
-    (reward - group mean) / (group std + eps)."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(record.get("group", record["prompt"]), []).append(record)
-    items: list[list[Example]] = []
-    for key, group in groups.items():
-        if len(group) != samples_per_prompt:
-            raise ValueError(
-                f"group {key!r} has {len(group)} samples but samples_per_prompt="
-                f"{samples_per_prompt}; roll out with the same K as the trainer"
-            )
-        rewards = torch.tensor([float(r["reward"]) for r in group])
-        advantages = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6)
-        items.append(
-            [
-                _rl_example(tokenizer, r, float(a))
-                for r, a in zip(group, advantages.tolist(), strict=True)
-            ]
-        )
-    return items
-
-
-def _rl_example(tokenizer: Tokenizer, record: dict[str, Any], advantage: float) -> Example:
-    completion_tokens = record["completion_tokens"]
-    logprobs = record.get("logprobs")
-    if logprobs is None or len(logprobs) != len(completion_tokens):
-        raise ValueError(
-            f"trajectory for {record['prompt']!r} needs one logprob per completion token; "
-            "produce the dataset with rollout.py"
-        )
-    prompt_tokens = tokenizer.encode(record["prompt"], bos=True)
-    return Example(
-        tokens=prompt_tokens + list(completion_tokens),
-        prompt_len=len(prompt_tokens),
-        old_logprobs=[float(x) for x in logprobs],
-        advantage=advantage,
-    )
+def _rows(items: Sequence[Item]) -> list[Row]:
+    return [row for item in items for row in item]
 
 
 def _micro_batch_size(config: TrainConfig, world_size: int) -> int:
@@ -385,8 +341,8 @@ class TrainerState:
 
     Model and optimizer go through torch.distributed.checkpoint.state_dict (like the SDK's
     `TrainState`), which keys optimizer state by parameter name and materialises it for a
-    fresh optimizer, so DCP has tensors to load into. The rest (LR schedule, sampler
-    position, every RNG, the step) is one JSON string: one entry in the checkpoint, and
+    fresh optimizer, so DCP has tensors to load into. The rest (LR schedule, data
+    order, every RNG, the step) is one JSON string: one entry in the checkpoint, and
     exact, since JSON round-trips Python floats.
     """
 
@@ -410,7 +366,7 @@ class TrainerState:
             "step": trainer.step,
             "optimizer_fresh": fresh,
             "scheduler": trainer.scheduler.state_dict(),
-            "sampler": trainer.sampler.state_dict(),
+            "data": trainer.data.state_dict(),
             "rng": rng_state(),
         }
         return {
@@ -433,7 +389,7 @@ class TrainerState:
         if progress["optimizer_fresh"]:
             trainer.optimizer.state.clear()
         trainer.scheduler.load_state_dict(progress["scheduler"])
-        trainer.sampler.load_state_dict(progress["sampler"])
+        trainer.data.load_state_dict(progress["data"])
         load_rng_state(progress["rng"])
         trainer.step = int(progress["step"])
 

@@ -17,6 +17,7 @@ from pydantic import create_model as create_pydantic_model
 from pydantic_core import ErrorDetails
 
 from crucible.workloads.config import (
+    DataConfig,
     DatagenConfig,
     EvalConfig,
     ModelConfig,
@@ -97,6 +98,9 @@ SECTIONS: dict[str, type[BaseModel]] = {
     ),
     "task": section_model(TaskConfig),
     "train": section_model(TrainConfig),
+    "data": section_model(
+        DataConfig, seq_len=(Count | None, None), shuffle_block=(Count, DataConfig.shuffle_block)
+    ),
     "rollout": section_model(RolloutConfig, num_prompts=(Count | None, None)),
     "eval": section_model(EvalConfig),
     "datagen": section_model(DatagenConfig, num_prompts=(Count, DatagenConfig.num_prompts)),
@@ -189,6 +193,7 @@ class JobConfig:
     model: ModelSpec
     task: TaskConfig
     train: TrainConfig
+    data: DataConfig
     rollout: RolloutConfig
     eval: EvalConfig
     datagen: DatagenConfig
@@ -223,6 +228,7 @@ def parse_config_object(value: Mapping[str, Any]) -> JobConfig:
         model=build_model_spec(sections["model"], "config.model"),
         task=build_task(sections["task"].model_dump(), "config.task"),
         train=_build(TrainConfig, "config.train", sections["train"].model_dump()),
+        data=_build(DataConfig, "config.data", sections["data"].model_dump()),
         rollout=_build(RolloutConfig, "config.rollout", rollout, exclude=("num_prompts",)),
         eval=_build(EvalConfig, "config.eval", sections["eval"].model_dump()),
         datagen=_build(DatagenConfig, "config.datagen", sections["datagen"].model_dump()),

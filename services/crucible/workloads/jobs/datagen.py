@@ -71,7 +71,7 @@ def datagen() -> None:
         )
 
     import crucible
-    from crucible.workloads.data import write_jsonl
+    from crucible.workloads.records import write_jsonl
     from crucible.workloads.rollout import ModelTeacher
 
     torch_setup = setup_torch(distributed=False)

@@ -14,10 +14,27 @@ if TYPE_CHECKING:
 log = logging.getLogger("crucible.workloads")
 
 
+def dataset_files(run: "Run", refs: Sequence[str]) -> list[Path]:
+    """The data files (.jsonl, .parquet) of the input datasets, in order; each dataset is
+    resolved and digest-checked by the SDK and recorded as an input."""
+    from crucible.workloads.records import DataError, data_files
+
+    files: list[Path] = []
+    for ref in refs:
+        dataset = run.input_dataset(ref)
+        try:
+            found = data_files(dataset.path)
+        except DataError as exc:
+            raise ConfigError(f"dataset {dataset.version.ref}: {exc}") from None
+        log.info("dataset %s: %d files at %s", dataset.version.ref, len(found), dataset.path)
+        files.extend(found)
+    return files
+
+
 def read_records(run: "Run", refs: Sequence[str]) -> list[dict[str, Any]]:
     """Every record of the input datasets (JSONL files, or directories of them), in order;
     each dataset is resolved and digest-checked by the SDK and recorded as an input."""
-    from crucible.workloads.data import read_jsonl
+    from crucible.workloads.records import read_jsonl
 
     records: list[dict[str, Any]] = []
     for ref in refs:

@@ -1,4 +1,8 @@
-"""`python -m crucible.workloads.jobs.train`: SFT or RL on the run's input datasets.
+"""`python -m crucible.workloads.jobs.train`: pre-training, SFT or RL on the run's input
+datasets.
+
+Pre-training and SFT stream their records (JSONL or Parquet; text, prompt/completion or
+chat, `config.data`), checked before the first step; RL reads its rollout dataset whole.
 
 Checkpoints go through the SDK (DCP, registered with the model and task config in `meta`)
 every `spec.checkpoints.everySteps` and at the end, in the background with
@@ -19,10 +23,12 @@ from crucible.workloads.jobs.checkpoints import (
     model_spec_from_meta,
 )
 from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.datasets import read_records, require_fields
+from crucible.workloads.jobs.datasets import dataset_files, read_records, require_fields
 from crucible.workloads.jobs.env import JobEnv, read_env
 from crucible.workloads.jobs.process import run_job, setup_torch
 from crucible.workloads.model_spec import ModelSpec
+from crucible.workloads.records import DataError, RecordSource
+from crucible.workloads.train_data import open_files
 
 log = logging.getLogger("crucible.workloads.train")
 
@@ -78,10 +84,17 @@ def train() -> None:
                 record.step,
             )
 
-    records = read_records(run, env.inputs.datasets)
+    records: list[dict[str, Any]] | tuple[RecordSource, str]
     if config.mode == "sft":
-        require_fields(records, ("prompt", "completion"), "SFT trains on prompt/completion records")
+        # Streamed: every record is checked here, memory holds one shuffle block.
+        try:
+            records = open_files(dataset_files(run, env.inputs.datasets), env.config.data)
+        except DataError as exc:
+            raise ConfigError(str(exc)) from None
+        if torch_setup.rank == 0:
+            log.info("training on %d %s records", records[0].num_records, records[1])
     else:
+        records = read_records(run, env.inputs.datasets)
         require_fields(
             records,
             ("prompt", "completion_tokens", "reward", "logprobs"),
@@ -105,15 +118,19 @@ def train() -> None:
                 metrics["tokens_per_s"],
             )
 
-    trainer = Trainer(
-        config,
-        model_spec,
-        records,
-        checkpointer=run.checkpointer(meta=meta, async_save=config.checkpoint_async),
-        init_model_state=init_state,
-        log=log_step,
-        device=torch_setup.device,
-    )
+    try:
+        trainer = Trainer(
+            config,
+            model_spec,
+            records,
+            data=env.config.data,
+            checkpointer=run.checkpointer(meta=meta, async_save=config.checkpoint_async),
+            init_model_state=init_state,
+            log=log_step,
+            device=torch_setup.device,
+        )
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
     if trainer.step > 0 and torch_setup.rank == 0:
         log.info("resumed at step %d of %d", trainer.step, config.steps)
     trainer.train(should_stop=run.should_checkpoint)
