@@ -320,6 +320,7 @@ def checkpoints_export(
 ) -> None:
     """Write a checkpoint as a Hugging Face model directory (config.json, safetensors,
     tokenizer), loadable by transformers and as `model: {hf: {path: ...}}`."""
+    from crucible.sdk.artifacts import ArtifactCorrupt
     from crucible.sdk.checkpoint import CheckpointError
     from crucible.workloads.jobs.config import ConfigError
     from crucible.workloads.jobs.exports import export_checkpoint
@@ -329,7 +330,7 @@ def checkpoints_export(
             exported = export_checkpoint(
                 api, checkpoint_id, directory, project=project, name=name, register=register
             )
-        except (ConfigError, CheckpointError) as exc:
+        except (ConfigError, CheckpointError, ArtifactCorrupt) as exc:
             raise CrucibleError(str(exc)) from None
     record = exported.checkpoint
     console.print(

@@ -21,6 +21,7 @@ from crucible.schemas.lineage import (
     ArtifactPublic,
     CheckpointCreate,
     CheckpointPublic,
+    DatasetPublic,
     DatasetVersionCreate,
     DatasetVersionPublic,
     EvalResultCreate,
@@ -308,6 +309,33 @@ class CrucibleClient:
     def register_dataset_version(self, version_in: DatasetVersionCreate) -> DatasetVersionPublic:
         return self._post("/api/v1/datasets/versions", version_in, DatasetVersionPublic)
 
+    def list_datasets(
+        self, project: str, cursor: str | None = None, limit: int | None = None
+    ) -> Page[DatasetPublic]:
+        """The project's datasets by name, each with its latest version number."""
+        return self._get(
+            "/api/v1/datasets", Page[DatasetPublic], project=project, cursor=cursor, limit=limit
+        )
+
+    def list_dataset_versions(
+        self,
+        dataset_id: int,
+        cursor: str | None = None,
+        limit: int | None = None,
+        descending: bool = True,
+    ) -> Page[DatasetVersionPublic]:
+        """A dataset's versions, newest first unless `descending` is False."""
+        return self._get(
+            f"/api/v1/datasets/{dataset_id}/versions",
+            Page[DatasetVersionPublic],
+            cursor=cursor,
+            limit=limit,
+            descending=descending,
+        )
+
+    def get_dataset_version(self, version_id: int) -> DatasetVersionPublic:
+        return self._get(f"/api/v1/datasets/versions/{version_id}", DatasetVersionPublic)
+
     def register_artifact(self, artifact_in: ArtifactCreate) -> ArtifactPublic:
         return self._post("/api/v1/artifacts", artifact_in, ArtifactPublic)
 
@@ -315,9 +343,15 @@ class CrucibleClient:
         return self._get(f"/api/v1/artifacts/{artifact_id}", ArtifactPublic)
 
     def list_artifacts(
-        self, project: str, kind: str | None = None, cursor: str | None = None
+        self,
+        project: str,
+        kind: str | None = None,
+        cursor: str | None = None,
+        *,
+        name: str | None = None,
     ) -> Page[ArtifactPublic]:
-        params = {"project": project, "cursor": cursor} | ({"kind": kind} if kind else {})
+        params = {"project": project, "cursor": cursor}
+        params |= ({"kind": kind} if kind else {}) | ({"name": name} if name else {})
         return self._get("/api/v1/artifacts", Page[ArtifactPublic], **params)
 
     def link_input(self, run_id: int, input_in: RunInputCreate) -> RunInputPublic:

@@ -106,13 +106,17 @@ def list_artifacts(
     kind: ArtifactKind | None,
     cursor: str | None,
     limit: int,
+    name: str | None = None,
 ) -> Page[ArtifactPublic]:
-    """A project's artifacts, newest first (of one kind with `kind`)."""
+    """A project's artifacts, newest first (of one kind with `kind`, of one name with
+    `name`)."""
     row = project_by_name(session, project)
     principal.require(row.id, Role.viewer, entity="project", key=project)
     query = select(Artifact).where(Artifact.project_id == row.id)
     if kind is not None:
         query = query.where(Artifact.kind == kind.value)
+    if name is not None:
+        query = query.where(Artifact.name == name)
     return paginate(
         session,
         query,

@@ -91,7 +91,8 @@ def add_edge(
 def link_input(
     *, session: Session, principal: Principal, run_id: int, input_in: RunInputCreate
 ) -> RunInputPublic:
-    """Record that a run reads a dataset version or starts from a checkpoint (idempotent)."""
+    """Record that a run reads a dataset version or an artifact, or starts from a checkpoint
+    (idempotent)."""
     run = load_run(session, principal, run_id, Role.editor)
     if input_in.dataset_version_id is not None:
         version_id = input_in.dataset_version_id
@@ -111,6 +112,22 @@ def link_input(
             select(RunInput).where(
                 RunInput.run_id == run.id, RunInput.dataset_version_id == version_id
             )
+        )
+    elif input_in.artifact_id is not None:
+        artifact_id = input_in.artifact_id
+        artifact = get_or_404(session, Artifact, artifact_id, "artifact")
+        if artifact.project_id != run.project_id:
+            raise NotFound("artifact", artifact_id)
+        insert_ignoring_duplicates(session, RunInput, run_id=run.id, artifact_id=artifact_id)
+        add_edge(
+            session,
+            project_id=run.project_id,
+            source=(NodeType.artifact, artifact_id),
+            target=(NodeType.run, run.id),
+            relation=EdgeRelation.consumed_by,
+        )
+        row = session.scalar(
+            select(RunInput).where(RunInput.run_id == run.id, RunInput.artifact_id == artifact_id)
         )
     else:
         assert input_in.checkpoint_id is not None  # the schema demands exactly one
@@ -161,12 +178,7 @@ def list_inputs(*, session: Session, principal: Principal, run_id: int) -> list[
 
 
 def _input_public(session: Session, rows: list[RunInput]) -> list[RunInputPublic]:
-    wanted: list[Node] = [
-        (NodeType.dataset_version.value, r.dataset_version_id)
-        if r.dataset_version_id is not None
-        else (NodeType.checkpoint.value, r.checkpoint_id or 0)
-        for r in rows
-    ]
+    wanted: list[Node] = [_input_node(r) for r in rows]
     facts = _load_nodes(session, wanted)
     return [
         RunInputPublic(
@@ -174,11 +186,20 @@ def _input_public(session: Session, rows: list[RunInput]) -> list[RunInputPublic
             run_id=r.run_id,
             dataset_version_id=r.dataset_version_id,
             checkpoint_id=r.checkpoint_id,
+            artifact_id=r.artifact_id,
             label=facts[node].label if node in facts else "",
             created_at=r.created_at,
         )
         for r, node in zip(rows, wanted, strict=True)
     ]
+
+
+def _input_node(row: RunInput) -> Node:
+    if row.dataset_version_id is not None:
+        return (NodeType.dataset_version.value, row.dataset_version_id)
+    if row.artifact_id is not None:
+        return (NodeType.artifact.value, row.artifact_id)
+    return (NodeType.checkpoint.value, row.checkpoint_id or 0)
 
 
 # --- graph walks ----------------------------------------------------------------------------

@@ -205,15 +205,20 @@ class EvalResultPublic(PublicModel):
 
 
 class RunInputCreate(ApiModel):
-    """Exactly one of a dataset version the run reads or the checkpoint it starts from."""
+    """Exactly one of a dataset version the run reads, the checkpoint it starts from, or an
+    artifact it uses (a tokenizer, an exported model)."""
 
     dataset_version_id: Id | None = None
     checkpoint_id: Id | None = None
+    artifact_id: Id | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "RunInputCreate":
-        if (self.dataset_version_id is None) == (self.checkpoint_id is None):
-            raise ValueError("set exactly one of `dataset_version_id` and `checkpoint_id`")
+        given = [self.dataset_version_id, self.checkpoint_id, self.artifact_id]
+        if sum(value is not None for value in given) != 1:
+            raise ValueError(
+                "set exactly one of `dataset_version_id`, `checkpoint_id` and `artifact_id`"
+            )
         return self
 
 
@@ -222,7 +227,11 @@ class RunInputPublic(PublicModel):
     run_id: int
     dataset_version_id: int | None
     checkpoint_id: int | None
-    label: str = Field(description="`name@version`, or `<run> step <N>` for a checkpoint.")
+    artifact_id: int | None = None
+    label: str = Field(
+        description="`name@version`, `<run> step <N>` for a checkpoint, `<kind> <name>` for an "
+        "artifact."
+    )
     created_at: datetime
 
 

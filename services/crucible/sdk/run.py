@@ -9,7 +9,7 @@ resolving a dataset) wait for it, through the client's own retries.
 
 import atexit
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,12 +17,15 @@ from typing import Any
 from crucible.artifacts import storage
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import (
+    ArtifactPublic,
     CheckpointPublic,
     DatasetVersionPublic,
     EvalResultCreate,
     EvalResultPublic,
 )
-from crucible.sdk import datasets, distributed
+from crucible.schemas.runs import RunPublic
+from crucible.sdk import artifacts, datasets, distributed
+from crucible.sdk.artifacts import InputArtifact
 from crucible.sdk.checkpoint import CheckpointStore, RunCheckpointer
 from crucible.sdk.config import RunEnvironment
 from crucible.sdk.datasets import InputDataset
@@ -66,6 +69,7 @@ class Run:
         self._settings = settings
         self._client = CrucibleClient.from_settings(settings)
         self._project: str | None = None
+        self._run_record: RunPublic | None = None
         self._finished = False
         self._checkpoint_store = CheckpointStore(
             self._client, run_id=run_id, attempt=attempt, base_uri=checkpoint_uri
@@ -228,6 +232,43 @@ class Run:
             outputs_uri=self._outputs_uri,
         )
 
+    def input_artifact(self, ref: str) -> InputArtifact:
+        """Resolve an artifact (its id, or its name: the newest of that name) to verified
+        local files and record it as one of this run's inputs. Raises `ArtifactCorrupt` when
+        the files differ from the registered digest."""
+        return artifacts.resolve_input(
+            self._client,
+            project=self.project,
+            run_id=self.id,
+            ref=ref,
+            cache_dir=self._settings.home / "artifacts",
+        )
+
+    def publish_artifact(
+        self,
+        kind: str,
+        name: str,
+        path: str | Path,
+        *,
+        sources: Sequence[Mapping[str, Any]] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> ArtifactPublic:
+        """Register the file or directory at `path` as artifact `name` ("model" or
+        "tokenizer") made by this run from `sources` (`{"type": "dataset_version" |
+        "checkpoint", "id": ...}`: lineage edges). With CRUCIBLE_OUTPUTS_URI set (object
+        storage), the files are copied under it and the copy is registered."""
+        return artifacts.publish(
+            self._client,
+            project=self.project,
+            run_id=self.id,
+            kind=kind,
+            name=name,
+            path=Path(path).absolute(),
+            sources=sources,
+            meta=meta or {},
+            outputs_uri=self._outputs_uri,
+        )
+
     def record_eval(
         self, checkpoint_id: int, suite: str, scores: Mapping[str, float]
     ) -> EvalResultPublic:
@@ -249,9 +290,18 @@ class Run:
     def project(self) -> str:
         """The name of the run's project (asked of the API once)."""
         if self._project is None:
-            run = self._client.get_run(self.id)
-            self._project = self._client.get_project(run.project_id).name
+            self._project = self._client.get_project(self._record().project_id).name
         return self._project
+
+    @property
+    def name(self) -> str:
+        """The run's name (asked of the API once)."""
+        return self._record().name
+
+    def _record(self) -> RunPublic:
+        if self._run_record is None:
+            self._run_record = self._client.get_run(self.id)
+        return self._run_record
 
     # -- the end -----------------------------------------------------------------------------
 

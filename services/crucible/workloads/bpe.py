@@ -1,7 +1,8 @@
 """Train a byte-level BPE tokenizer on a dataset's text with the `tokenizers` library.
 
 The result is a Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json,
-special_tokens_map.json), readable by `HFTokenizer.from_directory` and by transformers. Byte
+special_tokens_map.json, and the chat template), readable by `HFTokenizer.from_directory` and
+by transformers. Byte
 level, so every string encodes (no unknown token); training is deterministic for the same
 texts in the same order and the same settings.
 """
@@ -29,6 +30,8 @@ def train_bpe(
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    from crucible.workloads.chat import DEFAULT_CHAT_TEMPLATE
+
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     smallest = len(SPECIAL_TOKENS) + len(alphabet)
     if vocab_size < smallest:
@@ -48,6 +51,9 @@ def train_bpe(
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKEN_ROLES)
+    # Chats render as the training data's default layout did (`chat.py`), here and in
+    # transformers.
+    wrapped.chat_template = DEFAULT_CHAT_TEMPLATE
     directory.mkdir(parents=True, exist_ok=True)
     wrapped.save_pretrained(directory)
     return int(tokenizer.get_vocab_size())

@@ -203,6 +203,22 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class TokenizerConfig:
+    """A byte-level BPE tokenizer trained on the input datasets' text
+    (`python -m crucible.workloads.jobs.tokenizer`, `crucible tokenizers train`)."""
+
+    vocab_size: int = 8192
+    """Ids in the vocabulary, the 3 special tokens and 256 bytes included; a small corpus
+    may run out of merges first."""
+
+    min_frequency: int = 2
+    """How often a pair must occur to be merged."""
+
+    name: str | None = None
+    """The artifact's name; None: `<run>-tokenizer`."""
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     """Sampling completions from a policy."""
 

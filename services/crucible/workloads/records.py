@@ -109,6 +109,12 @@ class FileRecords:
         return _index_jsonl(path, first_block, check, self.block_size)
 
 
+def in_file_order(source: RecordSource) -> Iterator[Record]:
+    """Every record of `source` once, in the files' order, a block at a time."""
+    for block in range(source.num_blocks):
+        yield from source.read_block(block)
+
+
 class ListRecords:
     """Records already in memory, behind the same interface (tests, small rollouts)."""
 

@@ -66,6 +66,16 @@ def encoder(
     return lambda record: _cut(encode_chat(tokenizer, record["messages"]), max_targets)
 
 
+def texts_of(shape: str, record: Record) -> list[str]:
+    """The text of a record (what a tokenizer is trained on): its text; its prompt and
+    completion; its messages' contents."""
+    if shape == "text":
+        return [record["text"]]
+    if shape == "prompt_completion":
+        return [record["prompt"], record["completion"]]
+    return [message["content"] for message in record["messages"]]
+
+
 def split_text(tokenizer: Tokenizer, text: str, max_targets: int) -> list[Example]:
     tokens = tokenizer.encode(text, bos=True, eos=True)
     pieces = []

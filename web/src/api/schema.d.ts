@@ -11,7 +11,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List Artifacts */
+        /**
+         * List Artifacts
+         * @description A project's artifacts, newest first; `kind` and `name` narrow them.
+         */
         get: operations["listArtifacts"];
         put?: never;
         /**
@@ -2500,9 +2503,12 @@ export interface components {
         };
         /**
          * RunInputCreate
-         * @description Exactly one of a dataset version the run reads or the checkpoint it starts from.
+         * @description Exactly one of a dataset version the run reads, the checkpoint it starts from, or an
+         *     artifact it uses (a tokenizer, an exported model).
          */
         RunInputCreate: {
+            /** Artifact Id */
+            artifact_id?: number | null;
             /** Checkpoint Id */
             checkpoint_id?: number | null;
             /** Dataset Version Id */
@@ -2510,6 +2516,8 @@ export interface components {
         };
         /** RunInputPublic */
         RunInputPublic: {
+            /** Artifact Id */
+            artifact_id?: number | null;
             /** Checkpoint Id */
             checkpoint_id: number | null;
             /**
@@ -2523,7 +2531,7 @@ export interface components {
             id: number;
             /**
              * Label
-             * @description `name@version`, or `<run> step <N>` for a checkpoint.
+             * @description `name@version`, `<run> step <N>` for a checkpoint, `<kind> <name>` for an artifact.
              */
             label: string;
             /** Run Id */
@@ -3003,6 +3011,7 @@ export interface operations {
                 kind?: components["schemas"]["ArtifactKind"] | null;
                 /** @description Page size. */
                 limit?: number;
+                name?: string | null;
                 project: string;
             };
             header?: never;

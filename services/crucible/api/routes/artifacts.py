@@ -1,6 +1,8 @@
 """Artifacts: exported models and trained tokenizers, with their sources in lineage."""
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId
@@ -37,15 +39,18 @@ def list_artifacts(
     uow: Uow,
     principal: CurrentPrincipal,
     kind: ArtifactKind | None = None,
+    name: Annotated[str | None, Query(max_length=128)] = None,
     cursor: str | None = None,
     limit: Limit = 100,
 ) -> Page[ArtifactPublic]:
+    """A project's artifacts, newest first; `kind` and `name` narrow them."""
     with uow() as session:
         return artifacts.list_artifacts(
             session=session,
             principal=principal,
             project=project,
             kind=kind,
+            name=name,
             cursor=cursor,
             limit=limit,
         )

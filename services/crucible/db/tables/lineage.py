@@ -96,12 +96,14 @@ class Artifact(Base):
 
 
 class RunInput(Base):
-    """What a run read: a dataset version, or the checkpoint it was initialised from."""
+    """What a run read: a dataset version, the checkpoint it was initialised from, or an
+    artifact it used."""
 
     __tablename__ = "run_inputs"
     __table_args__ = (
         UniqueConstraint("run_id", "dataset_version_id"),
         UniqueConstraint("run_id", "checkpoint_id"),
+        UniqueConstraint("run_id", "artifact_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -112,6 +114,9 @@ class RunInput(Base):
     )
     checkpoint_id: Mapped[int | None] = mapped_column(
         ForeignKey("checkpoints.id", ondelete="CASCADE"), index=True
+    )
+    artifact_id: Mapped[int | None] = mapped_column(
+        ForeignKey("artifacts.id", ondelete="CASCADE"), index=True
     )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 

@@ -80,8 +80,10 @@ def load_model(
 ) -> tuple["LanguageModel", "Tokenizer", "CheckpointPublic"]:
     """The model of a registered trainer checkpoint (rebuilt from its meta) in eval mode,
     its tokenizer, and the checkpoint."""
+    from crucible.workloads.jobs.artifacts import run_fetch, with_local_artifacts
+
     record = run.get_checkpoint(checkpoint_id)
-    spec = model_spec_of(record, fallback)
+    spec = with_local_artifacts(model_spec_of(record, fallback), run_fetch(run))
     tokenizer = checked_tokenizer(spec)
     model = spec.build(device=device)
     state = model.state_dict()

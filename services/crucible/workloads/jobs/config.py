@@ -23,6 +23,7 @@ from crucible.workloads.config import (
     ModelConfig,
     RolloutConfig,
     TaskConfig,
+    TokenizerConfig,
     TrainConfig,
     model_preset,
 )
@@ -104,6 +105,11 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "rollout": section_model(RolloutConfig, num_prompts=(Count | None, None)),
     "eval": section_model(EvalConfig),
     "datagen": section_model(DatagenConfig, num_prompts=(Count, DatagenConfig.num_prompts)),
+    "tokenizer": section_model(
+        TokenizerConfig,
+        vocab_size=(Count, TokenizerConfig.vocab_size),
+        min_frequency=(Count, TokenizerConfig.min_frequency),
+    ),
     "suite": OptionsSection,
 }
 """`config` section -> the model of the keys it takes."""
@@ -197,6 +203,7 @@ class JobConfig:
     rollout: RolloutConfig
     eval: EvalConfig
     datagen: DatagenConfig
+    tokenizer: TokenizerConfig
     rollout_num_prompts: int | None
     """`config.rollout.num_prompts`: the most prompts a rollout samples (None: all)."""
 
@@ -232,6 +239,7 @@ def parse_config_object(value: Mapping[str, Any]) -> JobConfig:
         rollout=_build(RolloutConfig, "config.rollout", rollout, exclude=("num_prompts",)),
         eval=_build(EvalConfig, "config.eval", sections["eval"].model_dump()),
         datagen=_build(DatagenConfig, "config.datagen", sections["datagen"].model_dump()),
+        tokenizer=_build(TokenizerConfig, "config.tokenizer", sections["tokenizer"].model_dump()),
         rollout_num_prompts=rollout["num_prompts"],
         suite_options=sections["suite"].model_dump(),
         given={name: given_fields(sections[name]) for name in parsed.model_fields_set},

@@ -3,23 +3,35 @@
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crucible.workloads.jobs.config import ConfigError
 
 if TYPE_CHECKING:
+    from crucible.schemas.lineage import DatasetVersionPublic
     from crucible.sdk import Run
 
 log = logging.getLogger("crucible.workloads")
 
 
-def dataset_files(run: "Run", refs: Sequence[str]) -> list[Path]:
-    """The data files (.jsonl, .parquet) of the input datasets, in order; each dataset is
-    resolved and digest-checked by the SDK and recorded as an input."""
+@dataclass(frozen=True)
+class InputFiles:
+    files: list[Path]
+    """The data files (.jsonl, .parquet) of every input dataset, in order."""
+
+    versions: list["DatasetVersionPublic"]
+    """The dataset versions they belong to."""
+
+
+def input_files(run: "Run", refs: Sequence[str]) -> InputFiles:
+    """The data files of the input datasets; each dataset is resolved and digest-checked by
+    the SDK and recorded as an input."""
     from crucible.workloads.records import DataError, data_files
 
     files: list[Path] = []
+    versions: list[DatasetVersionPublic] = []
     for ref in refs:
         dataset = run.input_dataset(ref)
         try:
@@ -28,7 +40,8 @@ def dataset_files(run: "Run", refs: Sequence[str]) -> list[Path]:
             raise ConfigError(f"dataset {dataset.version.ref}: {exc}") from None
         log.info("dataset %s: %d files at %s", dataset.version.ref, len(found), dataset.path)
         files.extend(found)
-    return files
+        versions.append(dataset.version)
+    return InputFiles(files, versions)
 
 
 def read_records(run: "Run", refs: Sequence[str]) -> list[dict[str, Any]]:

@@ -48,8 +48,10 @@ def run_job(name: str, body: Callable[[], None]) -> None:
         raise SystemExit(BAD_CONFIG_EXIT_CODE) from None
     except Exception as exc:
         from crucible.sdk import CheckpointError, DatasetCorrupt
+        from crucible.sdk.artifacts import ArtifactCopyMismatch, ArtifactCorrupt
 
-        if isinstance(exc, DatasetCorrupt | CheckpointError):
+        corrupt = DatasetCorrupt | CheckpointError | ArtifactCopyMismatch | ArtifactCorrupt
+        if isinstance(exc, corrupt):
             print(f"crucible.workloads.{name}: {exc}", file=sys.stderr, flush=True)
             leave_termination_message(str(exc))
             raise SystemExit(INPUT_ERROR_EXIT_CODE) from None

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from crucible.workloads.config import TaskConfig, TrainConfig
+from crucible.workloads.jobs.artifacts import run_fetch, with_local_artifacts
 from crucible.workloads.jobs.checkpoints import (
     checked_tokenizer,
     checkpoint_meta,
@@ -23,7 +24,7 @@ from crucible.workloads.jobs.checkpoints import (
     model_spec_from_meta,
 )
 from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.datasets import dataset_files, read_records, require_fields
+from crucible.workloads.jobs.datasets import input_files, read_records, require_fields
 from crucible.workloads.jobs.env import JobEnv, read_env
 from crucible.workloads.jobs.process import run_job, setup_torch
 from crucible.workloads.model_spec import ModelSpec
@@ -71,10 +72,12 @@ def train() -> None:
     if env.inputs.checkpoint is not None:
         record = run.get_checkpoint(env.inputs.checkpoint)
         model_spec, task_config = _configs_from(record.id, record.meta, env)
-    checked_tokenizer(model_spec)  # a model or tokenizer that cannot be used exits 2 here
+    # What runs reads the artifacts the spec names from local files; the meta keeps the names.
+    local_spec = with_local_artifacts(model_spec, run_fetch(run))
+    checked_tokenizer(local_spec)  # a model or tokenizer that cannot be used exits 2 here
     init_state = None
     if record is not None:
-        init_state = model_spec.state_template()
+        init_state = local_spec.state_template()
         load_weights(run, record, init_state)
         if torch_setup.rank == 0:
             log.info(
@@ -88,7 +91,7 @@ def train() -> None:
     if config.mode == "sft":
         # Streamed: every record is checked here, memory holds one shuffle block.
         try:
-            records = open_files(dataset_files(run, env.inputs.datasets), env.config.data)
+            records = open_files(input_files(run, env.inputs.datasets).files, env.config.data)
         except DataError as exc:
             raise ConfigError(str(exc)) from None
         if torch_setup.rank == 0:
@@ -121,7 +124,7 @@ def train() -> None:
     try:
         trainer = Trainer(
             config,
-            model_spec,
+            local_spec,
             records,
             data=env.config.data,
             checkpointer=run.checkpointer(meta=meta, async_save=config.checkpoint_async),
