@@ -100,6 +100,20 @@ def test_training_inputs_and_init_checkpoint_are_pinned() -> None:
     assert request.tags == {"team": "a", "crucible.dev/reproduces": "7"}
 
 
+def test_artifacts_named_in_the_config_are_pinned_by_id() -> None:
+    config = {"model": {"tokenizer": "artifact:chat-bpe"}, "suite": {"ids": ["artifact:3"]}}
+    run = run_of(
+        "train",
+        {"config": config},
+        resolved_inputs={"datasets": [], "checkpoint": None, "artifacts": {"chat-bpe": 12, "3": 3}},
+    )
+    request = reproduction(run, [attempt(None)], project="p", name="orig-r1", current_code=CODE)
+    assert request.manifest.spec.config == {
+        "model": {"tokenizer": "artifact:12"},
+        "suite": {"ids": ["artifact:3"]},
+    }
+
+
 def test_rollout_policy_and_prompts_and_eval_checkpoint_are_pinned() -> None:
     rollout = run_of(
         "rollout",

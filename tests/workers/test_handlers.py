@@ -22,6 +22,7 @@ from crucible.workers.sweeps import (
     promote_recovering,
     retire_checkpoints,
 )
+from tests.api.test_artifacts import artifact_body
 from tests.api.test_checkpoints_datasets import (
     API,
     record_eval,
@@ -112,6 +113,47 @@ def test_a_run_waits_for_its_producer_then_pins_what_it_made(admin: TestClient) 
     assert run_of(admin, consumer["id"])["resolved_inputs"]["datasets"] == ["sft-data@1", "extra@1"]
     labels = {i["label"] for i in admin.get(f"{API}/runs/{consumer['id']}/inputs").json()}
     assert labels == {"sft-data@1", "extra@1"}
+
+
+def test_a_run_waits_for_the_artifacts_its_config_names_then_pins_them(
+    admin: TestClient,
+) -> None:
+    make_project(admin)
+    config = {"model": {"tokenizer": "artifact:bpe"}, "suite": {"judge": ["artifact:judge"]}}
+    consumer = submit_kind(admin, "TrainingRun", "sft", config=config)
+    waiting = resolve(admin, consumer["id"])
+    assert waiting["phase"] == "WaitingForInputs"
+    assert "artifact 'bpe' does not exist yet" in waiting["message"]
+    assert "artifact 'judge' does not exist yet" in waiting["message"]
+
+    def register(name: str, uri: str) -> int:
+        body = artifact_body(kind="tokenizer", name=name, uri=uri, sources=[])
+        response = admin.post(f"{API}/artifacts", json=body)
+        assert response.status_code == 201, response.text
+        artifact_id: int = response.json()["id"]
+        return artifact_id
+
+    bpe = register("bpe", "s3://models/bpe-1")
+    judge = register("judge", "s3://models/judge-1")
+    ready = resolve(admin, consumer["id"])
+    assert ready["ready"] is True and ready["artifacts"] == {"bpe": bpe, "judge": judge}
+    # Pinned: a newer artifact of the name does not change what later attempts read.
+    register("bpe", "s3://models/bpe-2")
+    assert resolve(admin, consumer["id"])["artifacts"] == {"bpe": bpe, "judge": judge}
+    labels = {i["label"] for i in admin.get(f"{API}/runs/{consumer['id']}/inputs").json()}
+    assert labels == {"tokenizer bpe", "tokenizer judge"}
+
+
+def test_an_artifact_id_of_another_project_fails_the_run(admin: TestClient) -> None:
+    make_project(admin)
+    consumer = submit_kind(
+        admin, "TrainingRun", "sft", config={"model": {"tokenizer": "artifact:999"}}
+    )
+    failed = resolve(admin, consumer["id"])
+    assert failed["phase"] == "Failed"
+    run = run_of(admin, consumer["id"])
+    assert run["reason"] == "ArtifactNotInProject"
+    assert "artifact 999 (config `artifact:999`) does not exist in this project" in run["message"]
 
 
 def test_a_failed_producer_fails_its_consumers(admin: TestClient) -> None:

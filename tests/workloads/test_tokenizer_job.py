@@ -108,7 +108,7 @@ def test_a_llama_model_trains_with_the_tokenizer_artifact_in_its_lineage(
     platform.start("train", run, datasets=["chat@1"], label="train with bpe").ok()
     checkpoint = platform.checkpoints(run)[-1]
     assert checkpoint.step == 4
-    assert checkpoint.meta["model"]["tokenizer"] == "artifact:chat-bpe"
+    assert checkpoint.meta["model"]["tokenizer"] == f"artifact:{artifact.id}"
     inputs = platform.api.request("GET", f"/api/v1/runs/{run}/inputs")
     assert [(i["artifact_id"], i["label"]) for i in inputs if i["artifact_id"]] == [
         (artifact.id, "tokenizer chat-bpe")

@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from crucible.client.provenance import differences
+from crucible.domain.artifact_refs import pin_artifact_refs
 from crucible.domain.enums import Backend
 from crucible.domain.errors import CrucibleError
 from crucible.domain.specs import MAX_RUN_NAME
@@ -73,6 +74,8 @@ def reproduction(
 def _pin_inputs(kind: str, spec: dict[str, Any], pinned: dict[str, Any]) -> None:
     datasets = list(pinned.get("datasets") or [])
     checkpoint = pinned.get("checkpoint")
+    if pinned.get("artifacts") and spec.get("config") is not None:
+        spec["config"] = pin_artifact_refs(spec["config"], pinned["artifacts"])
     if kind == "train":
         spec["inputs"] = [
             _pinned_dataset(item, ref) for item, ref in _zip(spec, "inputs", datasets)

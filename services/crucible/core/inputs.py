@@ -1,5 +1,6 @@
-"""Resolving a run's inputs before its first attempt: datasets, and the checkpoint it starts
-from (TrainingRun `initFrom`, RolloutJob `policy.checkpoint`, EvalJob `checkpoint`).
+"""Resolving a run's inputs before its first attempt: datasets, the checkpoint it starts
+from (TrainingRun `initFrom`, RolloutJob `policy.checkpoint`, EvalJob `checkpoint`), and the
+artifacts its config names (`artifact:<name>`, `domain/artifact_refs.py`).
 
 A reference to something that does not exist yet (`producedBy` a run still running,
 `name@latest` of a dataset nobody published) keeps the run WaitingForInputs; a producer that
@@ -17,8 +18,9 @@ from crucible.core import lineage
 from crucible.core.access import Principal
 from crucible.core.checkpoints import BestMode, best_live_checkpoint
 from crucible.core.runs import load_run, move_run, parse_manifest
-from crucible.db.tables import Checkpoint, Dataset, DatasetVersion, OutboxMessage, Run
+from crucible.db.tables import Artifact, Checkpoint, Dataset, DatasetVersion, OutboxMessage, Run
 from crucible.domain import reasons
+from crucible.domain.artifact_refs import artifact_refs
 from crucible.domain.enums import Phase, Role, RunKind
 from crucible.domain.specs import (
     CheckpointRef,
@@ -52,6 +54,8 @@ class _ProducerFailed(Exception):
 class _Resolved:
     datasets: list[DatasetVersion] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
+    artifacts: dict[str, Artifact] = field(default_factory=dict)
+    """`artifact:<ref>` of the config -> the artifact pinned for it."""
 
 
 def resolve_inputs(*, session: Session, principal: Principal, run_id: int) -> InputsResolution:
@@ -78,7 +82,15 @@ def resolve_inputs(*, session: Session, principal: Principal, run_id: int) -> In
     run.resolved_inputs = {
         "datasets": [f"{_dataset_name(session, v)}@{v.version}" for v in resolved.datasets],
         "checkpoint": resolved.checkpoint.id if resolved.checkpoint is not None else None,
+        "artifacts": {ref: artifact.id for ref, artifact in resolved.artifacts.items()},
     }
+    for artifact in resolved.artifacts.values():
+        lineage.link_input(
+            session=session,
+            principal=principal,
+            run_id=run.id,
+            input_in=RunInputCreate(artifact_id=artifact.id),
+        )
     for version in resolved.datasets:
         lineage.link_input(
             session=session,
@@ -105,6 +117,7 @@ def _answer(run: Run, *, ready: bool) -> InputsResolution:
         message=run.message,
         datasets=list(pinned.get("datasets", [])),
         checkpoint=pinned.get("checkpoint"),
+        artifacts=dict(pinned.get("artifacts", {})),
     )
 
 
@@ -130,6 +143,11 @@ def _resolve(session: Session, run: Run) -> _Resolved:
     if checkpoint_ref is not None:
         try:
             resolved.checkpoint = _checkpoint(session, run, checkpoint_ref)
+        except _Waiting as exc:
+            waiting.append(str(exc))
+    for ref in artifact_refs(manifest.spec.config):
+        try:
+            resolved.artifacts[ref] = _artifact(session, run, ref)
         except _Waiting as exc:
             waiting.append(str(exc))
     if waiting:
@@ -168,6 +186,27 @@ def _dataset_version(session: Session, run: Run, item: DatasetInput) -> DatasetV
             f"{producer.name}` can never resolve"
         )
     return version
+
+
+def _artifact(session: Session, run: Run, ref: str) -> Artifact:
+    """The artifact of id `ref`, or the newest named `ref`, in the run's project."""
+    if ref.isdigit():
+        artifact = session.get(Artifact, int(ref))
+        if artifact is None or artifact.project_id != run.project_id:
+            raise _ProducerFailed(
+                f"artifact {ref} (config `artifact:{ref}`) does not exist in this project",
+                reasons.REASON_ARTIFACT_NOT_IN_PROJECT,
+            )
+        return artifact
+    newest = session.scalar(
+        select(Artifact)
+        .where(Artifact.project_id == run.project_id, Artifact.name == ref)
+        .order_by(Artifact.id.desc())
+        .limit(1)
+    )
+    if newest is None:
+        raise _Waiting(f"artifact {ref!r} does not exist yet")
+    return newest
 
 
 def _checkpoint(session: Session, run: Run, ref: CheckpointRef) -> Checkpoint:

@@ -27,6 +27,7 @@ REASON_INPUTS_MISSING = "InputsMissing"
 REASON_PRODUCER_FAILED = "ProducerFailed"
 # initFrom names a checkpoint id that no run of the project wrote (or none at all)
 REASON_CHECKPOINT_NOT_IN_PROJECT = "CheckpointNotInProject"
+REASON_ARTIFACT_NOT_IN_PROJECT = "ArtifactNotInProject"  # config names `artifact:<id>` of none
 REASON_CHECKPOINT_DELETED = "CheckpointDeleted"  # initFrom names one retention removed
 REASON_SUBMITTED = "Submitted"
 REASON_INVALID_SPEC = "InvalidSpec"

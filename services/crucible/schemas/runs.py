@@ -142,3 +142,7 @@ class InputsResolution(PublicModel):
     checkpoint: int | None = Field(
         description="The checkpoint it starts from (initFrom, policy, or the one evaluated)."
     )
+    artifacts: dict[str, int] = Field(
+        default_factory=dict,
+        description="Each `artifact:<ref>` of the config -> the id of the artifact pinned for it.",
+    )

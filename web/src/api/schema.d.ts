@@ -1832,6 +1832,13 @@ export interface components {
          */
         InputsResolution: {
             /**
+             * Artifacts
+             * @description Each `artifact:<ref>` of the config -> the id of the artifact pinned for it.
+             */
+            artifacts?: {
+                [key: string]: number;
+            };
+            /**
              * Checkpoint
              * @description The checkpoint it starts from (initFrom, policy, or the one evaluated).
              */

@@ -80,10 +80,11 @@ def load_model(
 ) -> tuple["LanguageModel", "Tokenizer", "CheckpointPublic"]:
     """The model of a registered trainer checkpoint (rebuilt from its meta) in eval mode,
     its tokenizer, and the checkpoint."""
-    from crucible.workloads.jobs.artifacts import run_fetch, with_local_artifacts
+    from crucible.workloads.jobs.artifacts import resolve_model, run_fetch
 
     record = run.get_checkpoint(checkpoint_id)
-    spec = with_local_artifacts(model_spec_of(record, fallback), run_fetch(run))
+    # The meta names artifacts by id, which is what the run reads.
+    spec = resolve_model(model_spec_of(record, fallback), run_fetch(run, {})).local
     tokenizer = checked_tokenizer(spec)
     model = spec.build(device=device)
     state = model.state_dict()

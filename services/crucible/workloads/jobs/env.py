@@ -1,14 +1,14 @@
 """The environment a job is started with (set by the local executor or the operator, see
 docs/workloads.md): CRUCIBLE_CONFIG (the spec's free-form `config`), CRUCIBLE_SPEC (the whole
-spec, camelCase) and CRUCIBLE_INPUTS (`{"datasets": ["name@3", ...], "checkpoint": 12}`,
-resolved by the control plane). What `crucible.init()` reads (run id, attempt, API, token,
-checkpoint URI, resume point) is the SDK's.
+spec, camelCase) and CRUCIBLE_INPUTS (`{"datasets": ["name@3", ...], "checkpoint": 12,
+"artifacts": {"chat-bpe": 4}}`, resolved by the control plane). What `crucible.init()`
+reads (run id, attempt, API, token, checkpoint URI, resume point) is the SDK's.
 """
 
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from crucible.workloads.jobs.config import (
@@ -28,6 +28,9 @@ class Inputs:
 
     checkpoint: int | None = None
     """train: the initFrom weights; rollout/datagen: the policy; eval: the model to score."""
+
+    artifacts: Mapping[str, int] = field(default_factory=dict)
+    """Each `artifact:<ref>` of the config -> the id of the artifact pinned for it."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,11 @@ def read_env(environ: Mapping[str, str] | None = None) -> JobEnv:
 
 def parse_inputs(text: str | None) -> Inputs:
     raw = json_object("CRUCIBLE_INPUTS", text)
-    unknown = set(raw) - {"datasets", "checkpoint"}
+    unknown = set(raw) - {"datasets", "checkpoint", "artifacts"}
     if unknown:
         raise ConfigError(
-            f"CRUCIBLE_INPUTS.{sorted(unknown)[0]} is not a field; valid: datasets, checkpoint"
+            f"CRUCIBLE_INPUTS.{sorted(unknown)[0]} is not a field; valid: datasets, checkpoint, "
+            "artifacts"
         )
     datasets = raw.get("datasets") or []
     if not isinstance(datasets, list) or not all(isinstance(d, str) and "@" in d for d in datasets):
@@ -87,4 +91,12 @@ def parse_inputs(text: str | None) -> Inputs:
             "CRUCIBLE_INPUTS.checkpoint must be a checkpoint id or null, not "
             f"{json.dumps(checkpoint)}"
         )
-    return Inputs(datasets=tuple(datasets), checkpoint=checkpoint)
+    artifacts = raw.get("artifacts") or {}
+    if not isinstance(artifacts, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in artifacts.values()
+    ):
+        raise ConfigError(
+            "CRUCIBLE_INPUTS.artifacts must map references to artifact ids, not "
+            f"{json.dumps(artifacts)}"
+        )
+    return Inputs(datasets=tuple(datasets), checkpoint=checkpoint, artifacts=artifacts)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crucible.workloads.jobs.artifacts import Fetch, with_local_artifacts
+from crucible.workloads.jobs.artifacts import Fetch, resolve_model
 from crucible.workloads.jobs.checkpoints import checked_tokenizer, model_spec_of
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def export_checkpoint(
     if directory.exists() and any(directory.iterdir()):
         raise FileExistsError(f"{directory} is not empty; export into a new directory")
     record = client.get_checkpoint(checkpoint_id)
-    spec = with_local_artifacts(model_spec_of(record, None), _client_fetch(client, project))
+    spec = resolve_model(model_spec_of(record, None), _client_fetch(client, project)).local
     tokenizer = checked_tokenizer(spec)
 
     # torch only once the request is known to be good: its import is seconds.
@@ -106,4 +106,4 @@ def _client_fetch(client: "CrucibleClient", project: str) -> Fetch:
     from crucible.settings import load_settings
 
     cache_dir = load_settings().home / "artifacts"
-    return lambda ref: fetch(client, project=project, ref=ref, cache_dir=cache_dir).path
+    return lambda ref: fetch(client, project=project, ref=ref, cache_dir=cache_dir)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from crucible.workloads.config import TaskConfig, TrainConfig
-from crucible.workloads.jobs.artifacts import run_fetch, with_local_artifacts
+from crucible.workloads.jobs.artifacts import resolve_model, run_fetch
 from crucible.workloads.jobs.checkpoints import (
     checked_tokenizer,
     checkpoint_meta,
@@ -72,8 +72,9 @@ def train() -> None:
     if env.inputs.checkpoint is not None:
         record = run.get_checkpoint(env.inputs.checkpoint)
         model_spec, task_config = _configs_from(record.id, record.meta, env)
-    # What runs reads the artifacts the spec names from local files; the meta keeps the names.
-    local_spec = with_local_artifacts(model_spec, run_fetch(run))
+    # The model is built from the artifacts' local files; the meta names them by id.
+    resolved = resolve_model(model_spec, run_fetch(run, env.inputs.artifacts))
+    local_spec = resolved.local
     checked_tokenizer(local_spec)  # a model or tokenizer that cannot be used exits 2 here
     init_state = None
     if record is not None:
@@ -106,7 +107,7 @@ def train() -> None:
         if "samples_per_prompt" not in env.config.given.get("train", {}):
             config = replace(config, samples_per_prompt=_group_size(records))
 
-    meta = checkpoint_meta(model_spec, task_config, config.mode)
+    meta = checkpoint_meta(resolved.pinned, task_config, config.mode)
 
     def log_step(step: int, metrics: dict[str, float]) -> None:
         run.log(metrics, step=step)
