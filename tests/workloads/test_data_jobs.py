@@ -1,7 +1,7 @@
 """The train job on research-shaped data, as a process against a real API server: packed
-chat SFT of a Llama model from a Parquet dataset, packed pre-training on a folder of text
-JSONL, and the records and files it must refuse with exit 2 before the first step, with
-nothing registered."""
+chat SFT of a Llama model from a Parquet dataset (exported after its last step with
+`export_hf`), packed pre-training on a folder of text JSONL, and the records and files it
+must refuse with exit 2 before the first step, with nothing registered."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,10 +10,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
+from crucible.artifacts import storage
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import DatasetVersionCreate
+from crucible.workloads.model_spec import HFModelSource, ModelSpec
 from crucible.workloads.records import write_jsonl
+from crucible.workloads.rollout import greedy_completions
+from tests.cli.test_checkpoints_export import original_model
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_jobs import Job, Platform, platform, server
 
@@ -86,7 +91,11 @@ def jobs(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Jobs:
     chat_run, chat = train(
         platform,
         register(platform, "chat", chat_file),
-        {"model": {"hf": LLAMA}, "train": TRAIN, "data": {"packing": True, "seq_len": 48}},
+        {
+            "model": {"hf": LLAMA},
+            "train": TRAIN | {"export_hf": True},
+            "data": {"packing": True, "seq_len": 48},
+        },
         "packed chat sft",
     )
     text_run, text = train(
@@ -118,6 +127,27 @@ def test_packed_chat_sft_of_a_llama_model_from_parquet(platform: Platform, jobs:
     assert "training on 40 chat records" in output
     assert platform.checkpoints(jobs.chat_run)[-1].step == STEPS
     assert sorted(platform.losses(jobs.chat_run)) == list(range(1, STEPS + 1))
+
+
+def test_export_hf_publishes_the_final_checkpoint_as_a_model_artifact(
+    platform: Platform, jobs: Jobs
+) -> None:
+    jobs.chat.ok()
+    final = platform.checkpoints(jobs.chat_run)[-1]
+    (artifact,) = [
+        a
+        for a in platform.api.list_artifacts("default", kind="model").items
+        if a.produced_by_run_id == jobs.chat_run
+    ]
+    assert [(s.type, s.id) for s in artifact.sources] == [("checkpoint", final.id)]
+    directory = storage.local_path(artifact.uri)
+    assert directory is not None and artifact.digest == content_of(directory).digest
+    spec = ModelSpec(hf=HFModelSource(path=str(directory)))
+    exported, tokenizer = spec.build(device=torch.device("cpu")).eval(), spec.build_tokenizer()
+    original, original_tokenizer = original_model(platform, final.id)
+    prompts = [f"{i}+{i}=" for i in range(0, 40, 7)]
+    ours = greedy_completions(original, original_tokenizer, prompts, max_new_tokens=3, batch_size=8)
+    assert greedy_completions(exported, tokenizer, prompts, max_new_tokens=3, batch_size=8) == ours
 
 
 def test_packed_pre_training_on_a_folder_of_text_files(platform: Platform, jobs: Jobs) -> None:

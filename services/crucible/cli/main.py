@@ -13,6 +13,7 @@ from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import datasets_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
+from crucible.cli.tokenizers import tokenizers_app
 from crucible.client import ApiError, CrucibleClient, provenance
 from crucible.client.reproduce import REPRODUCES_TAG, reproduction, reproduction_name
 from crucible.domain.enums import Backend, Phase, Role, RunKind
@@ -37,6 +38,7 @@ app.add_typer(experiments_app, name="experiments")
 app.add_typer(runs_app, name="runs")
 app.add_typer(checkpoints_app, name="checkpoints")
 app.add_typer(datasets_app, name="datasets")
+app.add_typer(tokenizers_app, name="tokenizers")
 
 
 @app.command()

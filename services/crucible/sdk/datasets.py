@@ -1,5 +1,6 @@
 """Datasets a run reads (resolved, verified, recorded as inputs) and writes (registered as
-versions it produced)."""
+versions it produced). `crucible datasets` copies and registers through the same functions,
+with no run."""
 
 import shutil
 from dataclasses import dataclass
@@ -27,14 +28,28 @@ class InputDataset:
 def resolve_input(
     client: CrucibleClient, *, project: str, run_id: int, ref: str, cache_dir: Path
 ) -> InputDataset:
-    """Resolve `name@version` (or `name@latest`), verify its files, record it as an input.
+    """`fetch` the dataset `ref` names and record it as an input of the run."""
+    fetched = fetch(client, project=project, ref=ref, cache_dir=cache_dir)
+    client.link_input(run_id, RunInputCreate(dataset_version_id=fetched.version.id))
+    return fetched
+
+
+def fetch(client: CrucibleClient, *, project: str, ref: str, cache_dir: Path) -> InputDataset:
+    """Resolve `name@version` (or `name@latest`) to verified local files.
 
     A dataset on object storage is downloaded first, into `cache_dir/<digest>/`, and the
     local copy is what is verified and read; a copy already there is verified again."""
     version = client.resolve_dataset(project, ref)
     path = storage.local_path(version.uri)
     if path is None:
-        path = _local_copy(version, cache_dir)
+        path = _cached_copy(version, cache_dir)
+    else:
+        verify(version, path)
+    return InputDataset(version=version, path=path)
+
+
+def verify(version: DatasetVersionPublic, path: Path) -> None:
+    """Raise DatasetCorrupt unless the files at `path` are the version's, by digest."""
     if not path.exists():
         raise DatasetCorrupt(f"dataset {version.ref} is missing: nothing at {path}")
     actual = content_of(path)
@@ -44,22 +59,48 @@ def resolve_input(
             f"expected {version.digest}, found {actual.digest}; it was changed after "
             "registration, so it is not used"
         )
-    client.link_input(run_id, RunInputCreate(dataset_version_id=version.id))
-    return InputDataset(version=version, path=path)
 
 
-def _local_copy(version: DatasetVersionPublic, cache_dir: Path) -> Path:
-    folder = cache_dir / version.digest.removeprefix("sha256:")
-    path = folder / (PurePosixPath(urlparse(version.uri).path).name or "data")
+def stored_name(version: DatasetVersionPublic) -> str:
+    """The name of the version's file or directory: the last part of its URI."""
+    path = storage.local_path(version.uri)
+    if path is not None:
+        return path.name or "data"
+    return PurePosixPath(urlparse(version.uri).path).name or "data"
+
+
+def copy_verified(version: DatasetVersionPublic, target: Path) -> None:
+    """Copy the version's file or directory (`file://` or object storage) to `target`, which
+    must not exist, and check the copy against the version's digest.
+
+    The copy is written under a temporary sibling name and renamed to `target` only once it
+    matches, so a failure (files missing or changed, storage unreachable) leaves nothing
+    at `target`."""
+    partial = target.with_name(storage.TEMP_PREFIX + target.name)
+    _remove(partial)
+    try:
+        _download(version, partial)
+        verify(version, partial)
+    except BaseException:
+        _remove(partial)
+        raise
+    partial.rename(target)
+
+
+def _cached_copy(version: DatasetVersionPublic, cache_dir: Path) -> Path:
+    path = cache_dir / version.digest.removeprefix("sha256:") / stored_name(version)
     if path.exists():
-        return path
-    partial = folder / (storage.TEMP_PREFIX + path.name)
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.unlink(missing_ok=True)
+        verify(version, path)
+    else:
+        copy_verified(version, path)
+    return path
+
+
+def _download(version: DatasetVersionPublic, local: Path) -> None:
     try:
         if remote.size(version.uri) is None:  # a listing: the download reads the bytes once
             raise DatasetCorrupt(f"dataset {version.ref} is missing: nothing at {version.uri}")
-        remote.download(version.uri, partial)
+        remote.download(version.uri, local)
     except (DatasetCorrupt, remote.StorageUnavailable):
         raise
     except Exception as exc:
@@ -67,22 +108,26 @@ def _local_copy(version: DatasetVersionPublic, cache_dir: Path) -> Path:
             f"dataset {version.ref} could not be read from {version.uri}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    partial.rename(path)
-    return path
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.unlink(missing_ok=True)
 
 
 def publish(
     client: CrucibleClient,
     *,
     project: str,
-    run_id: int,
+    run_id: int | None,
     name: str,
     path: Path,
     record_count: int | None,
     schema: dict[str, Any] | None,
     outputs_uri: str | None = None,
 ) -> DatasetVersionPublic:
-    """Register the file or directory at `path` as the next version of `name`, made by the run.
+    """Register the file or directory at `path` as the next version of `name`, made by the run
+    `run_id` (None: by no run, e.g. registered from the CLI).
 
     With `outputs_uri` (object storage every pod reaches), the files are copied under it
     first and the copy is what is registered, once its digest matches the local files'.

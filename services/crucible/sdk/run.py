@@ -179,6 +179,10 @@ class Run:
             self._checkpoint_store, resume_from=self._resume_from, meta=meta, async_save=async_save
         )
 
+    def latest_checkpoint(self) -> CheckpointPublic | None:
+        """This run's newest live checkpoint (None before its first)."""
+        return self._client.latest_checkpoint(self.id)
+
     def get_checkpoint(self, checkpoint_id: int) -> CheckpointPublic:
         """A registered checkpoint's record (step, URI, digest, `meta`), of any run."""
         return self._client.get_checkpoint(checkpoint_id)

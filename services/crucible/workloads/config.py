@@ -150,6 +150,11 @@ class TrainConfig:
     """Also checkpoint the freshly initialised model at step 0 (on a fresh start only), so
     evals show where training started from."""
 
+    export_hf: bool = False
+    """After the last step, also write the final checkpoint as a Hugging Face model directory
+    (safetensors, config, tokenizer; `crucible checkpoints export` writes the same) under the
+    run's outputs, registered as a `model` artifact derived from the checkpoint."""
+
     checkpoint_async: bool = False
     """Save checkpoints asynchronously (DCP `async_save` through the run SDK): a save blocks
     only while it copies the state into host buffers kept between saves (pinned on a GPU),

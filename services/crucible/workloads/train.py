@@ -216,6 +216,15 @@ class Trainer:
             per_token = per_token + self.config.kl_coef * (log_ratio.exp() - log_ratio - 1)
         return masked_mean(per_token, batch.loss_mask)
 
+    def full_model_state(self) -> dict[str, Tensor]:
+        """The whole model's weights on the CPU, on rank 0 (empty on the others); a
+        collective under FSDP, so every rank calls it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(self.raw_model, options=options)
+        return {name: value for name, value in state.items() if isinstance(value, Tensor)}
+
     def checkpoint_state(self) -> dict[str, Stateful]:
         """What a `Checkpointer` saves and restores: everything that decides the rest of
         the run."""

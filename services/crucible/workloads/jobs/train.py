@@ -142,6 +142,12 @@ def train() -> None:
         if torch_setup.rank == 0:
             log.info("stopped at step %d on SIGTERM, checkpoint saved", trainer.step)
         run.finish(preempted=True)
+    if config.export_hf:
+        from crucible.workloads.jobs.exports import export_final_checkpoint
+
+        weights = trainer.full_model_state()  # the final checkpoint's: it was the last step
+        if torch_setup.rank == 0:
+            export_final_checkpoint(run, local_spec, weights)
     run.finish()
 
 
