@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ def byte_corpus(num_bytes: int) -> torch.Tensor:
     """`num_bytes` of real text as byte ids (0..255): the Python sources of the installed
     torch package, in sorted path order, so every machine with the same torch reads the
     same data. Repeats the sources if they are shorter than asked for."""
-    root = Path(sysconfig.get_paths()["purelib"]) / "torch"
+    root = Path(torch.__file__).parent  # purelib/torch, or wherever PYTHONPATH found it
     chunks: list[bytes] = []
     size = 0
     paths = sorted(root.rglob("*.py"))

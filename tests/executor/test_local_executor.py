@@ -254,6 +254,12 @@ def test_a_spec_without_a_command_runs_the_reference_workload() -> None:
     assert build_command(teacher)[1:] == ["-m", "crucible.workloads.jobs.datagen"]
     policy = run("rollout", policy={"checkpoint": {"id": 3}})
     assert build_command(policy)[1:] == ["-m", "crucible.workloads.jobs.rollout"]
+    # A bare python is the executor's interpreter (its venv), not the first on PATH.
+    own = run("train", command=["python", "-m", "crucible.workloads.jobs.tokenizer"])
+    assert build_command(own) == [sys.executable, "-m", "crucible.workloads.jobs.tokenizer"]
+    assert (
+        build_command(run("train", command=["/usr/bin/python3", "x.py"]))[0] == "/usr/bin/python3"
+    )
     # Two processes go through torchrun, which takes the module after its own -m.
     ddp = build_command(run("train", processesPerNode=2, args=["--x"]))
     assert ddp[1:] == [

@@ -26,9 +26,13 @@ def reference_workload(run: RunPublic) -> str:
 
 def build_command(run: RunPublic) -> list[str]:
     """The spec's command and args (default: the reference workload of the run's kind);
-    several processes go through torchrun (one node)."""
+    several processes go through torchrun (one node). A bare `python` or `python3` is the
+    executor's own interpreter, as `python` in a workload image is the image's: the one
+    crucible (and the run's packages) are installed in, whatever PATH finds first."""
     spec: dict[str, Any] = run.manifest.get("spec", {})
     command = list(spec.get("command") or [sys.executable, "-m", reference_workload(run)])
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
     command += list(spec.get("args", []))
     processes = process_count(run)
     if processes == 1:

@@ -1,12 +1,12 @@
 """Ways to spread and slim a model (the built-in GPT or a Hugging Face one) for training:
-FSDP2 sharding, activation checkpointing, compilation. Each `apply_*` changes the model in
+FSDP2 sharding, activation checkpointing, per-block compilation (the trainer compiles
+forward and loss as one graph otherwise: `train.compile_loss`). Each `apply_*` changes the model in
 place (or wraps it) and is a no-op when its option is off; the trainer and the GPU
 benchmarks build models through the same functions.
 """
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from crucible.workloads.hf_model import LanguageModel
 
@@ -38,7 +38,3 @@ def compile_blocks(model: LanguageModel) -> None:
     keep them out of the compiled code (torchtitan's recipe)."""
     for block in model.blocks:
         block.compile()
-
-
-def compile_model(model: nn.Module) -> nn.Module:
-    return torch.compile(model)  # type: ignore[return-value]

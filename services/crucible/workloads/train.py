@@ -35,7 +35,6 @@ from crucible.workloads.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
     compile_blocks,
-    compile_model,
 )
 from crucible.workloads.records import RecordSource
 from crucible.workloads.train_data import Item, build_train_data
@@ -91,6 +90,8 @@ class Trainer:
             convert_to_float8(self.raw_model)
         apply_activation_checkpointing(self.raw_model, config.activation_checkpointing)
         self.model = parallelize(config, self.raw_model, self.device)
+        self.batch_loss = compile_loss(config, self.forward_loss)
+        """`forward_loss`, compiled as one graph with `compile` unless FSDP compiles blocks."""
 
         self.optimizer = build_optimizer(config, self.raw_model, self.device)
         self.scheduler = build_lr_scheduler(config, self.optimizer)
@@ -184,6 +185,13 @@ class Trainer:
         )
 
     def forward_backward_step(self, batch: Batch, *, scale: float) -> Tensor:
+        loss = self.batch_loss(batch)
+        torch.autograd.backward(loss * scale)
+        return loss.detach()
+
+    def forward_loss(self, batch: Batch) -> Tensor:
+        """The model's forward and the loss: one graph with `compile` (`batch_loss`), so the
+        float32 logits over the vocabulary are never written to memory whole."""
         with self._autocast():
             if batch.positions is None:
                 logits = self.model(batch.inputs)
@@ -191,11 +199,8 @@ class Trainer:
                 logits = self.model(batch.inputs, positions=batch.positions)
         logits = logits.float()
         if self.config.mode == "sft":
-            loss = sft_loss(logits, batch)
-        else:
-            loss = self.policy_loss(logits, batch)
-        torch.autograd.backward(loss * scale)
-        return loss.detach()
+            return sft_loss(logits, batch)
+        return self.policy_loss(logits, batch)
 
     def policy_loss(self, logits: Tensor, batch: Batch) -> Tensor:
         """Clipped policy gradient on group-normalised advantages, per completion token."""
@@ -467,16 +472,28 @@ def maybe_build_reference(config: TrainConfig, model: LanguageModel) -> Language
 
 
 def parallelize(config: TrainConfig, model: LanguageModel, device: torch.device) -> nn.Module:
-    """The module the train step calls: `model` compiled and, with several ranks, sharded
-    in place (FSDP) or wrapped (DDP)."""
-    if config.fsdp and dist.is_initialized():
+    """The module the train step calls: with several ranks, `model` sharded in place (FSDP,
+    its blocks compiled with `compile`) or wrapped (DDP)."""
+    if _fsdp(config):
         bf16 = device.type == "cuda" and config.bf16
         apply_fsdp(model, param_dtype=torch.bfloat16 if bf16 else None)
         if config.compile:
             compile_blocks(model)
         return model
-    compiled = compile_model(model) if config.compile else model
     if not dist.is_initialized():
-        return compiled
+        return model
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(compiled, device_ids=device_ids)
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def compile_loss(config: TrainConfig, loss: Callable[[Batch], Tensor]) -> Callable[[Batch], Tensor]:
+    """`loss` (forward and loss) compiled as one graph with `compile`; under DDP dynamo
+    splits it at the gradient buckets. Under FSDP the blocks are compiled instead
+    (`parallelize`), since its hooks sit between them."""
+    if not config.compile or _fsdp(config):
+        return loss
+    return torch.compile(loss)
+
+
+def _fsdp(config: TrainConfig) -> bool:
+    return config.fsdp and dist.is_initialized()
