@@ -97,14 +97,9 @@ def fetch(client: CrucibleClient, *, project: str, ref: str, cache_dir: Path) ->
     if path is None:
         path = cache_dir / artifact.digest.removeprefix("sha256:") / _stored_name(artifact.uri)
         if not path.exists():
-            _download(artifact, path)
-    actual = content_of(path) if path.exists() else None
-    if actual is None or actual.digest != artifact.digest:
-        found = actual.digest if actual else "nothing"
-        raise ArtifactCorrupt(
-            f"artifact {artifact.id} ({artifact.name}) at {artifact.uri} does not match its "
-            f"registered digest: expected {artifact.digest}, found {found}; it is not used"
-        )
+            _download_verified(artifact, path)
+            return InputArtifact(artifact, path)
+    _verify(artifact, path)  # a local artifact, or a cached copy: checked again
     return InputArtifact(artifact, path)
 
 
@@ -122,11 +117,32 @@ def _stored_name(uri: str) -> str:
     return PurePosixPath(urlparse(uri).path).name or "artifact"
 
 
-def _download(artifact: ArtifactPublic, path: Path) -> None:
+def _verify(artifact: ArtifactPublic, path: Path) -> None:
+    actual = content_of(path) if path.exists() else None
+    if actual is None or actual.digest != artifact.digest:
+        found = actual.digest if actual else "nothing"
+        raise ArtifactCorrupt(
+            f"artifact {artifact.id} ({artifact.name}) at {artifact.uri} does not match its "
+            f"registered digest: expected {artifact.digest}, found {found}; it is not used"
+        )
+
+
+def _download_verified(artifact: ArtifactPublic, path: Path) -> None:
+    """Download beside `path` and rename it into place only once it matches the digest, so
+    the cache never keeps a partial or changed copy."""
     partial = path.with_name(storage.TEMP_PREFIX + path.name)
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.unlink(missing_ok=True)
-    if remote.size(artifact.uri) is None:
-        raise ArtifactCorrupt(f"artifact {artifact.id} is missing: nothing at {artifact.uri}")
-    remote.download(artifact.uri, partial)
+    _remove(partial)
+    try:
+        if remote.size(artifact.uri) is None:
+            raise ArtifactCorrupt(f"artifact {artifact.id} is missing: nothing at {artifact.uri}")
+        remote.download(artifact.uri, partial)
+        _verify(artifact, partial)
+    except BaseException:
+        _remove(partial)
+        raise
     partial.rename(path)
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.unlink(missing_ok=True)
