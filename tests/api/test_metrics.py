@@ -176,6 +176,58 @@ def test_more_than_10000_points_is_422_naming_points(admin: TestClient, run_id: 
     assert read(admin, run_id) == {}
 
 
+def test_rows_store_the_same_points_as_single_points(admin: TestClient, run_id: int) -> None:
+    rows = [
+        {"step": 0, "values": {"loss": 2.0, "lr": 0.1}, "time": 1_700_000_000.5},
+        {"step": 1, "values": {"loss": 1.5}},
+    ]
+    body = {"points": [{"key": "loss", "step": 0, "value": 9.0}], "rows": rows}
+    response = admin.post(f"/api/v1/runs/{run_id}/metrics", json=body)
+    assert response.status_code == 200, response.text
+    # The point for (loss, 0) comes first in the batch, so it wins over the row's value.
+    assert response.json() == {"accepted": 3, "duplicates": 1, "replayed": False}
+    series = read(admin, run_id)
+    assert (series["loss"]["steps"], series["loss"]["values"]) == ([0, 1], [9.0, 1.5])
+    assert (series["lr"]["values"], series["lr"]["times"]) == ([0.1], [1_700_000_000.5])
+    assert series["loss"]["times"][1] > 1.7e9  # no time: when the server received it
+
+
+def test_rows_past_10000_points_in_all_are_422_naming_the_count(
+    admin: TestClient, run_id: int
+) -> None:
+    rows = [{"step": s, "values": {f"m{k}": 0.0 for k in range(100)}} for s in range(100)]
+    body = {"points": [{"key": "loss", "step": 0, "value": 0.0}], "rows": rows}
+    response = admin.post(f"/api/v1/runs/{run_id}/metrics", json=body)
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert "holds 10001 points; at most 10000" in error["msg"]
+    assert read(admin, run_id) == {}
+
+
+def test_bad_rows_are_422_with_the_field_path(admin: TestClient, run_id: int) -> None:
+    bad_rows = [
+        ({"step": 1, "values": {"loss": "high"}}, ["values", "loss"]),
+        ({"step": 1, "values": {"a,b": 1.0}}, ["values", "a,b", "[key]"]),
+        ({"step": -1, "values": {"loss": 1.0}}, ["step"]),
+        ({"step": 1, "values": {"loss": 1.0}, "colour": "red"}, ["colour"]),
+    ]
+    for row, where in bad_rows:
+        body = {"rows": [{"step": 0, "values": {"fine": 0.0}}, row]}
+        response = admin.post(f"/api/v1/runs/{run_id}/metrics", json=body)
+        assert response.status_code == 422, row
+        locs = [e["loc"] for e in response.json()["detail"]]
+        assert locs == [["body", "rows", 1, *where]], (row, locs)
+    body = b'{"rows": [{"step": 1, "values": {"loss": NaN}}]}'
+    response = admin.post(
+        f"/api/v1/runs/{run_id}/metrics",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["type"] == "finite_number"
+    assert read(admin, run_id) == {}
+
+
 BAD_POINTS: list[tuple[Point, str]] = [
     ({"key": "loss", "step": 1, "value": "high"}, "value"),
     ({"key": "loss", "step": 1, "value": "NaN"}, "value"),

@@ -99,12 +99,19 @@ class _Columns:
     @classmethod
     def of(cls, batch: MetricBatch) -> "_Columns":
         points = batch.points
-        return cls(
+        columns = cls(
             keys=[p["key"] for p in points],
             steps=[p["step"] for p in points],
             values=[p["value"] for p in points],
             times=[p.get("time") for p in points],
         )
+        for row in batch.rows:
+            count = len(row["values"])
+            columns.keys.extend(row["values"].keys())
+            columns.values.extend(row["values"].values())
+            columns.steps.extend([row["step"]] * count)
+            columns.times.extend([row.get("time")] * count)
+        return columns
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,7 @@ def ingest(
             )
 
     accepted = sum(g.added for g in gains)
-    result = IngestResult(accepted=accepted, duplicates=len(batch.points) - accepted)
+    result = IngestResult(accepted=accepted, duplicates=batch.point_count - accepted)
     if idempotency_key is not None:
         _record_result(session, run.id, idempotency_key, request_digest, result)
     return result

@@ -6,7 +6,7 @@ instead of 100,000 objects, which is both smaller on the wire and faster on both
 
 from typing import Annotated, NotRequired
 
-from pydantic import ConfigDict, Field, with_config
+from pydantic import ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
 
 from crucible.schemas.common import HIDDEN_IN_NAMES, ApiModel, PublicModel, Step
@@ -53,11 +53,53 @@ class MetricPointIn(TypedDict):
     ]
 
 
-class MetricBatch(ApiModel):
-    """Up to 10,000 points of one run. A (key, step) already stored is a duplicate and keeps
-    its first value; within one batch, too, the first occurrence of a (key, step) wins."""
+MetricKey = Annotated[str, Field(min_length=1, max_length=250, pattern=KEY_PATTERN)]
+FiniteValue = Annotated[float, Field(allow_inf_nan=False)]
 
-    points: list[MetricPointIn] = Field(max_length=MAX_BATCH_POINTS)
+
+@with_config(ConfigDict(extra="forbid"))
+class MetricRowIn(TypedDict):
+    """The values of several metrics at one step: what one `run.log(values, step=...)` call
+    logged. The SDK sends these: a row of 20 metrics is one object instead of 20."""
+
+    step: Annotated[Step, Field(description="Training step; one value per key and step.")]
+    values: Annotated[
+        dict[MetricKey, FiniteValue],
+        Field(description="Metric name -> a finite number, as in `points`."),
+    ]
+    time: NotRequired[
+        Annotated[
+            float | None,
+            Field(
+                allow_inf_nan=False,
+                ge=EARLIEST_TIME,
+                le=LATEST_TIME,
+                description="Seconds since the epoch for every value of the row, as in `points`.",
+            ),
+        ]
+    ]
+
+
+class MetricBatch(ApiModel):
+    """Up to 10,000 points of one run, as single points, as rows of one step each, or both.
+    A (key, step) already stored is a duplicate and keeps its first value; within one batch,
+    too, the first occurrence of a (key, step) wins (`points` before `rows`)."""
+
+    points: list[MetricPointIn] = Field(default_factory=list, max_length=MAX_BATCH_POINTS)
+    rows: list[MetricRowIn] = Field(default_factory=list, max_length=MAX_BATCH_POINTS)
+
+    @model_validator(mode="after")
+    def _at_most_max_points(self) -> "MetricBatch":
+        if self.point_count > MAX_BATCH_POINTS:
+            raise ValueError(
+                f"the batch holds {self.point_count} points; at most {MAX_BATCH_POINTS} "
+                "are taken in one request"
+            )
+        return self
+
+    @property
+    def point_count(self) -> int:
+        return len(self.points) + sum(len(row["values"]) for row in self.rows)
 
 
 class IngestResult(PublicModel):

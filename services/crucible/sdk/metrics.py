@@ -1,7 +1,10 @@
 """Metric points from the training loop to the API without ever blocking a step.
 
-`log` appends to a bounded in-memory buffer under a lock held for microseconds; a
-background thread sends it in batches of up to 10,000 points. Each batch keeps one
+`log` appends one row (a step's values) to a bounded in-memory buffer under a lock held for
+microseconds; a background thread sends the rows in batches of up to 10,000 points. Rows
+stay rows on the wire (`MetricBatch.rows`): a step of 20 metrics is one small dict to build
+and encode, not 20, and on a step that holds the GIL every bit of the SDK's Python work,
+in either thread, is time the step waits. Each batch keeps one
 Idempotency-Key across all its retries, so a retry after a lost answer stores nothing twice.
 While the API is unreachable the thread retries with exponential backoff and the buffer
 grows up to its bound; past the bound the oldest points are dropped and counted.
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 import orjson
 
 from crucible.client import ApiError, CrucibleClient
-from crucible.schemas.metrics import KEY_PATTERN, MAX_BATCH_POINTS, MetricPointIn
+from crucible.schemas.metrics import KEY_PATTERN, MAX_BATCH_POINTS, MetricRowIn
 
 log = logging.getLogger(__name__)
 
@@ -27,27 +30,43 @@ _KEY = re.compile(KEY_PATTERN)
 # Statuses worth retrying forever: the server or a proxy in front of it is unwell, or busy.
 _RETRYABLE = frozenset({0, 408, 425, 429, 500, 502, 503, 504})
 
-_Point = tuple[str, int, float, float]  # key, step, value, time
+_Row = tuple[int, float, dict[str, float]]  # step, time, key -> value
 
 
 ENCODE_CHUNK_POINTS = 500
 
 
-def _as_json(point: _Point) -> MetricPointIn:
-    key, step, value, at = point
-    return {"key": key, "step": step, "value": value, "time": at}
+def _as_json(row: _Row) -> MetricRowIn:
+    step, at, values = row
+    return {"step": step, "time": at, "values": values}
 
 
-def _encode(batch: list[_Point]) -> bytes:
-    """The JSON body of a batch, built a chunk at a time with the GIL let go in between: a
-    training thread waiting for the GIL (after every CUDA launch or CPU kernel) would
-    otherwise wait for the whole batch, up to the interpreter's 5 ms switch interval."""
-    parts = []
-    for start in range(0, len(batch), ENCODE_CHUNK_POINTS):
-        chunk = [_as_json(p) for p in batch[start : start + ENCODE_CHUNK_POINTS]]
+def _encode(batch: list[_Row]) -> bytes:
+    """The JSON body of a batch, built about `ENCODE_CHUNK_POINTS` points at a time with the
+    GIL let go in between: a training thread waiting for the GIL (after every CUDA launch or
+    CPU kernel) would otherwise wait for the whole batch, up to the interpreter's 5 ms switch
+    interval."""
+    parts, chunk, points = [], [], 0
+    for row in batch:
+        chunk.append(_as_json(row))
+        points += len(row[2])
+        if points >= ENCODE_CHUNK_POINTS:
+            parts.append(orjson.dumps(chunk)[1:-1])
+            chunk, points = [], 0
+            time.sleep(0)
+    if chunk:
         parts.append(orjson.dumps(chunk)[1:-1])
-        time.sleep(0)
-    return b'{"points":[' + b",".join(parts) + b"]}"
+    return b'{"rows":[' + b",".join(parts) + b"]}"
+
+
+def _rows_of(step: int, now: float, numbers: dict[str, float], limit: int) -> list[_Row]:
+    """One `log` call's row, split when it alone holds more than `limit` points (a batch)."""
+    if not numbers:
+        return []
+    if len(numbers) <= limit:
+        return [(step, now, numbers)]
+    items = list(numbers.items())
+    return [(step, now, dict(items[i : i + limit])) for i in range(0, len(items), limit)]
 
 
 class MetricShipper:
@@ -67,9 +86,9 @@ class MetricShipper:
         self._batch_points = min(batch_points, MAX_BATCH_POINTS)
         self._flush_interval = flush_interval
         self._max_backoff = max_backoff
-        # Tuples, not dicts: about 100 bytes a point instead of 400, so the default
-        # 1,000,000-point bound costs ~100 MB at worst.
-        self._buffer: deque[_Point] = deque()
+        # One row per log() call; the bound counts points (`_buffered_points`).
+        self._buffer: deque[_Row] = deque()
+        self._buffered_points = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._in_flight = 0
@@ -89,23 +108,28 @@ class MetricShipper:
 
     def add(self, values: Mapping[str, float], step: int) -> None:
         now = time.time()
-        points: list[_Point] = []
-        for key, value in values.items():
-            if key not in self._known_keys:
-                self._check_key(key)
-            number = float(value)
-            if not math.isfinite(number):
-                self._warn_non_finite(key, number, step)
-                continue
-            points.append((key, step, number, now))
+        if not self._known_keys.issuperset(values):
+            for key in values:
+                if key not in self._known_keys:
+                    self._check_key(key)
+        numbers = dict(zip(values, map(float, values.values()), strict=True))
+        if not all(map(math.isfinite, numbers.values())):
+            for key, number in list(numbers.items()):
+                if not math.isfinite(number):
+                    self._warn_non_finite(key, number, step)
+                    del numbers[key]
+        rows = _rows_of(step, now, numbers, self._batch_points)
         with self._lock:
-            self._buffer.extend(points)
-            overflow = len(self._buffer) - self._bound
-            if overflow > 0:
-                for _ in range(overflow):
-                    self._buffer.popleft()
-                self.dropped_points += overflow
-            if len(self._buffer) >= self._batch_points:
+            for row in rows:
+                self._buffer.append(row)
+                self._buffered_points += len(row[2])
+            overflow = 0
+            while self._buffered_points > self._bound:
+                dropped = len(self._buffer.popleft()[2])
+                self._buffered_points -= dropped
+                overflow += dropped
+            self.dropped_points += overflow
+            if self._buffered_points >= self._batch_points:
                 self._wake.notify_all()
         if overflow > 0 and not self._warned_dropping:
             self._warned_dropping = True
@@ -137,7 +161,7 @@ class MetricShipper:
     @property
     def pending_points(self) -> int:
         with self._lock:
-            return len(self._buffer) + self._in_flight
+            return self._buffered_points + self._in_flight
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything buffered now; True when it all arrived before `timeout`."""
@@ -180,23 +204,34 @@ class MetricShipper:
         while True:
             with self._lock:
                 while not self._stopping and (
-                    len(self._buffer) < self._batch_points and not self._flush_requested
+                    self._buffered_points < self._batch_points and not self._flush_requested
                 ):
                     if not self._wake.wait(self._flush_interval):
                         break  # interval elapsed: send what there is
                 if self._stopping:
                     return
-                count = min(len(self._buffer), self._batch_points)
-                batch = [self._buffer.popleft() for _ in range(count)]
+                batch, count = self._take_batch()
                 self._in_flight = count
                 if not self._buffer:
                     self._flush_requested = False
-            sent = self._send(_encode(batch), len(batch)) if batch else True
+            sent = self._send(_encode(batch), count) if batch else True
             with self._lock:
                 if not sent:  # stopped while the API was away: keep it counted as pending
                     self._buffer.extendleft(reversed(batch))
+                    self._buffered_points += count
                 self._in_flight = 0
                 self._wake.notify_all()
+
+    def _take_batch(self) -> tuple[list[_Row], int]:
+        """The oldest rows up to one batch's worth of points (the lock held)."""
+        batch: list[_Row] = []
+        count = 0
+        while self._buffer and count + len(self._buffer[0][2]) <= self._batch_points:
+            row = self._buffer.popleft()
+            batch.append(row)
+            count += len(row[2])
+        self._buffered_points -= count
+        return batch, count
 
     def _send(self, body: bytes, count: int) -> bool:
         """Deliver the batch, retrying until stopped; False when stopped before it arrived."""
