@@ -9,11 +9,14 @@ padding not counted), read back from the API; nothing here times a step.
     python3 benchmarks/gpu/train_job_bench.py --plan packing --repeats 3 --no-final-checkpoint
 
 Plans (`PLANS`): `mfu`, the built-in GPT at 1.3B against a TinyLlama-shaped Hugging Face
-Llama in bf16 and fp8 on full rows of real text; `packing`, a 150M Llama on chat records of
-spread-out lengths, padded against packed; `smoke`, tiny models for a CPU. A plan's runs go
-in alternation, repeated (A B C A B C ...), so that its comparisons are like for like
-within one session. The first `--warmup` steps of every run (the compile) are dropped; a
-run's figure is the median of the rest, a run's overall figure the median of its repeats.
+Llama in bf16 and fp8 on full rows of real text; `profile`, the bf16 runs of `mfu` with
+their last three steps recorded by the trainer's profiler (kernel tables as
+`profile-<run>-r<N>-rank0-steps<A>-<B>.txt` beside the results); `packing`, a 150M Llama
+on chat records of spread-out lengths, padded against packed; `smoke`, tiny models for a
+CPU. A plan's runs go in alternation, repeated (A B C A B C ...), so that its comparisons
+are like for like within one session. The first `--warmup` steps of every run (the
+compile) are dropped; a run's figure is the median of the rest, a run's overall figure the
+median of its repeats.
 MFU = tokens/s x FLOPs per token / `common.PEAK_BF16_FLOPS`, for runs on full rows only.
 All runs share one TorchInductor cache, so repeats skip most of the compile.
 
@@ -226,6 +229,24 @@ def packing_plan(steps: int | None, warmup: int | None) -> Plan:
     )
 
 
+def profile_plan(steps: int | None, warmup: int | None) -> Plan:
+    """The `mfu` plan's bf16 runs with three steps recorded by the trainer's profiler
+    (`train.profile_from_step`): where a step's time goes, kernel by kernel."""
+    steps = steps or 16
+    runs = [
+        replace(
+            run,
+            config={
+                **run.config,
+                "train": {**run.config["train"], "profile_from_step": steps - 3},
+            },
+        )
+        for run in mfu_plan(steps, warmup).runs
+        if "fp8" not in run.name
+    ]
+    return Plan(runs, [], steps, warmup if warmup is not None else 10)
+
+
 def smoke_plan(steps: int | None, warmup: int | None) -> Plan:
     """Every code path of the big plans at CPU sizes (no compile, no fp8: CPUs lack both)."""
     steps = steps or 3
@@ -273,6 +294,7 @@ def smoke_plan(steps: int | None, warmup: int | None) -> Plan:
 PLANS: dict[str, Callable[[int | None, int | None], Plan]] = {
     "mfu": mfu_plan,
     "packing": packing_plan,
+    "profile": profile_plan,
     "smoke": smoke_plan,
 }
 
@@ -579,6 +601,13 @@ def checkpoint_dir(server: Server, run_id: int) -> Path:
     return server.home / "runs" / str(run_id) / "checkpoints"
 
 
+def keep_profiles(server: Server, run_id: int, out: Path, prefix: str) -> None:
+    """The kernel tables the job's profiler wrote, as `out/<prefix>-<table>` (the traces
+    stay behind: too large to bring back)."""
+    for table in (server.home / "runs" / str(run_id) / "outputs" / "profile").glob("*.txt"):
+        shutil.copy(table, out / f"{prefix}-{table.name}")
+
+
 def points(api: CrucibleClient, run_id: int, key: str) -> int:
     answer = api.request("GET", f"/api/v1/runs/{run_id}/metrics/keys")
     return next((int(k["point_count"]) for k in answer["keys"] if k["key"] == key), 0)
@@ -823,6 +852,7 @@ def main() -> None:
                     kill_at_end=args.no_final_checkpoint,
                 )
                 shutil.rmtree(checkpoint_dir(server, run_id), ignore_errors=True)
+                keep_profiles(server, run_id, out, f"profile-{run.name}-r{repeat + 1}")
                 try:
                     if job.exit not in ("0", "killed"):
                         raise RuntimeError(f"the train job exited {job.exit}")

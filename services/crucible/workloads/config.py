@@ -134,6 +134,13 @@ class TrainConfig:
     """With precision "fp8": log the per-layer amax/scale statistics every this many steps
     (and at step 1)."""
 
+    profile_from_step: int = 0
+    """Record `profile_steps` steps with the torch profiler, starting at this step (0:
+    never): their kernel table and trace go to the run's outputs under `profile/`."""
+
+    profile_steps: int = 3
+    """How many steps `profile_from_step` records."""
+
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward pass: less memory, about a third
     more compute."""

@@ -13,6 +13,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from crucible.workloads.parallelize import (
     apply_fsdp,
     compile_blocks,
 )
+from crucible.workloads.profiling import StepProfiler
 from crucible.workloads.records import RecordSource
 from crucible.workloads.train_data import Item, build_train_data
 
@@ -59,12 +61,14 @@ class Trainer:
         init_model_state: dict[str, Tensor] | None = None,
         log: MetricsFn | None = None,
         device: torch.device | None = None,
+        profile_dir: Path | None = None,
     ) -> None:
         """model: the built-in GPT's shape, or a ModelSpec (a Hugging Face model too).
         records: SFT and pre-training records in memory, or (source, shape) streaming
         them (`train_data.open_files`); RL trajectories from `rollout.py`, in memory.
         data: how SFT and pre-training read and pack their records.
-        init_model_state: weights to start from (RL requires the SFT checkpoint's)."""
+        init_model_state: weights to start from (RL requires the SFT checkpoint's).
+        profile_dir: where the steps `config.profile_from_step` chooses are written."""
         self.config = config
         self.checkpointer = checkpointer
         self.log = log
@@ -72,6 +76,12 @@ class Trainer:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.micro_batch_size = _micro_batch_size(config, self.world_size)
+        self.profiler = StepProfiler(
+            profile_dir,
+            from_step=config.profile_from_step,
+            steps=config.profile_steps,
+            rank=self.rank,
+        )
         seed_everything(config.seed)
 
         self.model_spec = as_model_spec(model)
@@ -132,7 +142,8 @@ class Trainer:
                 break
             started = time.perf_counter()
             self.step += 1
-            metrics = self.train_step()
+            with self.profiler.around(self.step):
+                metrics = self.train_step()
             metrics["tokens_per_s"] = metrics["tokens"] / max(time.perf_counter() - started, 1e-9)
             losses.append(metrics["loss"])
             if self.log is not None:

@@ -132,6 +132,7 @@ def train() -> None:
             init_model_state=init_state,
             log=log_step,
             device=torch_setup.device,
+            profile_dir=run.outputs_dir / "profile" if config.profile_from_step else None,
         )
     except DataError as exc:
         raise ConfigError(str(exc)) from None

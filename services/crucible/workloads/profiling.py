@@ -1,0 +1,64 @@
+"""Where a training step's time goes: a few steps recorded with the torch profiler.
+
+`config.train.profile_from_step` and `profile_steps` choose the steps; each rank writes a
+kernel table (operators sorted by device time, or CPU time without a GPU) and a Chrome/
+Perfetto trace of them to the run's outputs, `profile/rank<R>-steps<A>-<B>.txt` and
+`.trace.json.gz`. The other steps run without a profiler.
+"""
+
+import contextlib
+import gzip
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+log = logging.getLogger(__name__)
+
+TABLE_ROWS = 40
+
+
+class StepProfiler:
+    def __init__(self, directory: Path | None, *, from_step: int, steps: int, rank: int) -> None:
+        self._directory = directory
+        self._first = from_step
+        self._last = from_step + steps - 1
+        self._rank = rank
+        self._profile: profile | None = None
+
+    @contextlib.contextmanager
+    def around(self, step: int) -> Iterator[None]:
+        """Run `step` (1-based) inside the profiler when it is one of the chosen steps."""
+        if self._directory is None or self._first <= 0 or not self._first <= step <= self._last:
+            yield
+            return
+        if self._profile is None:
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(ProfilerActivity.CUDA)
+            self._profile = profile(activities=activities)
+            self._profile.__enter__()
+        yield
+        if step == self._last:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self._profile.__exit__(None, None, None)
+            self._write(self._profile)
+            self._profile = None
+
+    def _write(self, recorded: profile) -> None:
+        assert self._directory is not None
+        self._directory.mkdir(parents=True, exist_ok=True)
+        stem = self._directory / f"rank{self._rank}-steps{self._first}-{self._last}"
+        sort_by = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+        table = recorded.key_averages().table(sort_by=sort_by, row_limit=TABLE_ROWS)
+        stem.with_suffix(".txt").write_text(table + "\n")
+        trace = stem.with_suffix(".trace.json")
+        recorded.export_chrome_trace(str(trace))
+        with trace.open("rb") as raw, gzip.open(f"{trace}.gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
+        trace.unlink()
+        log.info("profile of steps %d-%d written to %s.txt", self._first, self._last, stem)
