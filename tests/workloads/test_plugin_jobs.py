@@ -182,7 +182,7 @@ def test_a_bad_reference_exits_2_naming_it(
 
 def test_docs_show_the_example_as_it_is_and_its_spec_fragments_validate() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
-    section = docs[docs.index("## Your own teacher") : docs.index("## Running one by hand")]
+    section = docs[docs.index("## Your own teacher") : docs.index("## Your own environment")]
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert code == (WORKDIR / "team_loop" / "code.py").read_text()
     (fragments,) = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)

@@ -383,19 +383,48 @@ class PolicyRef(SpecModel):
         return self
 
 
+class EnvironmentSpec(SpecModel):
+    """An environment: it makes the prompts and scores the samples."""
+
+    name: Annotated[
+        str,
+        Field(
+            pattern=CODE_REFERENCE,
+            max_length=200,
+            description="Environment: a built-in's name (`arithmetic`) or an import path "
+            "`package.module:factory`; `factory(**options)` returns an object with "
+            "`prompts(count, seed)` and `score(prompts, completions, metadata)`.",
+        ),
+    ]
+    options: Annotated[
+        JsonObject, Field(description="Keyword arguments handed to the environment's factory.")
+    ] = Field(default_factory=dict)
+
+
 class RolloutJobSpec(WorkloadSpec):
-    """Data generation: a policy samples answers to prompts, a reward scores them, and
-    the scored samples are published as a dataset."""
+    """Data generation: a policy samples answers to prompts, a reward or an environment
+    scores them, and the scored samples are published as a dataset."""
 
     policy: Annotated[
         PolicyRef, Field(description="The model that generates: a checkpoint or a teacher.")
     ]
     prompts: Annotated[
         DatasetInput | None,
-        Field(description="Dataset of prompts; default: the teacher's own prompts."),
+        Field(
+            description="Dataset of prompts, a `prompt` or a chat's `messages` per record; "
+            "default: the task's problems."
+        ),
     ] = None
     reward: Annotated[
-        RewardSpec | None, Field(description="Reward that scores samples; default: none.")
+        RewardSpec | None,
+        Field(description="Reward that scores a checkpoint's samples, if no `environment`."),
+    ] = None
+    environment: Annotated[
+        EnvironmentSpec | None,
+        Field(
+            description="Environment that makes the prompts and scores a checkpoint's "
+            "samples, instead of `prompts` and `reward`."
+        ),
     ] = None
     samples_per_prompt: Annotated[
         int, Field(ge=1, le=1024, description="Samples generated for each prompt.")
@@ -415,6 +444,23 @@ class RolloutJobSpec(WorkloadSpec):
             description="Name of the dataset to publish; each job adds a new version.",
         ),
     ]
+
+    @model_validator(mode="after")
+    def _environment_alone(self) -> "RolloutJobSpec":
+        if self.environment is None:
+            return self
+        if self.policy.teacher is not None:
+            raise ValueError(
+                "`environment` scores a checkpoint's samples; a teacher's answers are not "
+                "scored: drop `environment`, or sample from a `checkpoint`"
+            )
+        given = [f"`{name}`" for name in ("prompts", "reward") if getattr(self, name) is not None]
+        if given:
+            raise ValueError(
+                "`environment` makes the prompts and scores the samples: drop "
+                + " and ".join(given)
+            )
+        return self
 
 
 class EvalJobSpec(WorkloadSpec):

@@ -77,6 +77,15 @@ def encode_chat_prompt(tokenizer: Tokenizer, messages: Sequence[Message]) -> lis
     return ids(render(messages, True))
 
 
+def render_chat_prompt(tokenizer: Tokenizer, messages: Sequence[Message]) -> tuple[str, list[int]]:
+    """`encode_chat_prompt`'s tokens and the text they were rendered from: the template's
+    text, without the default template's BOS and EOS (tokens, not text); a tokenizer's own
+    template writes its special tokens in the text, as transformers renders them."""
+    render, ids = _template(tokenizer)
+    text = render(messages, True)
+    return text.replace(_BOS_MARK, "").replace(_EOS_MARK, ""), ids(text)
+
+
 def _template(tokenizer: Tokenizer) -> tuple[Render, TextToIds]:
     inner: Any = getattr(tokenizer, "inner", None)
     own = getattr(inner, "chat_template", None)

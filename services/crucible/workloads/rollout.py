@@ -134,12 +134,16 @@ def rollout(
     config: RolloutConfig,
     *,
     metadata: Sequence[Mapping[str, Any]] | None = None,
+    prompt_tokens: Sequence[Sequence[int]] | None = None,
     static: bool | None = None,
 ) -> list[Trajectory]:
     """`config.samples_per_prompt` scored samples for each prompt, grouped by prompt.
 
     score: called once per generated batch with its samples' prompts, completions and the
     metadata of their prompts (`metadata[i]` for `prompts[i]`; empty when None).
+
+    prompt_tokens: the tokens the model continues for each prompt (a chat's, rendered by its
+    template); by default each prompt encoded after a BOS.
 
     static: generate with `generate.fast_generator` (a static KV cache, the decode step
     replayed as a CUDA graph) instead of `generate` above; by default for the built-in GPT
@@ -150,7 +154,13 @@ def rollout(
     model.eval()
     device = next(model.parameters()).device
     k = config.samples_per_prompt
-    encoded = [tokenizer.encode(p, bos=True) for p in prompts]
+    if prompt_tokens is not None and len(prompt_tokens) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(prompt_tokens)} token lists")
+    encoded = (
+        [list(tokens) for tokens in prompt_tokens]
+        if prompt_tokens is not None
+        else [tokenizer.encode(p, bos=True) for p in prompts]
+    )
     # The static path is the built-in GPT's (it calls the blocks itself).
     if isinstance(model, GPT) and (static if static is not None else device.type == "cuda"):
         torch.manual_seed(config.seed)  # also seeds every CUDA device's generator

@@ -1502,6 +1502,24 @@ export interface components {
          */
         EdgeRelation: "consumed_by" | "initialised" | "produced" | "scored_by" | "derived";
         /**
+         * EnvironmentSpec
+         * @description An environment: it makes the prompts and scores the samples.
+         */
+        EnvironmentSpec: {
+            /**
+             * Name
+             * @description Environment: a built-in's name (`arithmetic`) or an import path `package.module:factory`; `factory(**options)` returns an object with `prompts(count, seed)` and `score(prompts, completions, metadata)`.
+             */
+            name: string;
+            /**
+             * Options
+             * @description Keyword arguments handed to the environment's factory.
+             */
+            options?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
          * EnvVar
          * @description An environment variable set in the workload's container.
          */
@@ -1931,12 +1949,15 @@ export interface components {
         };
         /**
          * MetricBatch
-         * @description Up to 10,000 points of one run. A (key, step) already stored is a duplicate and keeps
-         *     its first value; within one batch, too, the first occurrence of a (key, step) wins.
+         * @description Up to 10,000 points of one run, as single points, as rows of one step each, or both.
+         *     A (key, step) already stored is a duplicate and keeps its first value; within one batch,
+         *     too, the first occurrence of a (key, step) wins (`points` before `rows`).
          */
         MetricBatch: {
             /** Points */
-            points: components["schemas"]["MetricPointIn"][];
+            points?: components["schemas"]["MetricPointIn"][];
+            /** Rows */
+            rows?: components["schemas"]["MetricRowIn"][];
         };
         /** MetricHistory */
         MetricHistory: {
@@ -1991,6 +2012,30 @@ export interface components {
              * @description A finite number; NaN and infinities are refused.
              */
             value: number;
+        };
+        /**
+         * MetricRowIn
+         * @description The values of several metrics at one step: what one `run.log(values, step=...)` call
+         *     logged. The SDK sends these: a row of 20 metrics is one object instead of 20.
+         */
+        MetricRowIn: {
+            /**
+             * Step
+             * @description Training step; one value per key and step.
+             */
+            step: number;
+            /**
+             * Time
+             * @description Seconds since the epoch for every value of the row, as in `points`.
+             */
+            time?: number | null;
+            /**
+             * Values
+             * @description Metric name -> a finite number, as in `points`.
+             */
+            values: {
+                [key: string]: number;
+            };
         };
         /**
          * MetricSeriesPublic
@@ -2378,8 +2423,8 @@ export interface components {
         };
         /**
          * RolloutJobSpec
-         * @description Data generation: a policy samples answers to prompts, a reward scores them, and
-         *     the scored samples are published as a dataset.
+         * @description Data generation: a policy samples answers to prompts, a reward or an environment
+         *     scores them, and the scored samples are published as a dataset.
          */
         RolloutJobSpec: {
             /**
@@ -2404,6 +2449,8 @@ export interface components {
              * @description Extra environment variables for the workload.
              */
             env?: components["schemas"]["EnvVar"][];
+            /** @description Environment that makes the prompts and scores a checkpoint's samples, instead of `prompts` and `reward`. */
+            environment?: components["schemas"]["EnvironmentSpec"] | null;
             /**
              * Experiment
              * @description Experiment name.
@@ -2427,7 +2474,7 @@ export interface components {
             output: string;
             /** @description The model that generates: a checkpoint or a teacher. */
             policy: components["schemas"]["PolicyRef"];
-            /** @description Dataset of prompts; default: the teacher's own prompts. */
+            /** @description Dataset of prompts, a `prompt` or a chat's `messages` per record; default: the task's problems. */
             prompts?: components["schemas"]["DatasetInput"] | null;
             /**
              * Replicas
@@ -2437,7 +2484,7 @@ export interface components {
             replicas: number;
             /** @description CPU, memory and scratch disk requested by each pod. */
             resources?: components["schemas"]["Resources"];
-            /** @description Reward that scores samples; default: none. */
+            /** @description Reward that scores a checkpoint's samples, if no `environment`. */
             reward?: components["schemas"]["RewardSpec"] | null;
             /**
              * Samplesperprompt

@@ -1,9 +1,12 @@
-"""The built-in reward, eval suite and teacher, registered by import path in `plugins.py` and
-held to the same contracts as a team's own (docs/workloads.md)."""
+"""The built-in reward, eval suite, teacher and environment, registered by import path in
+`plugins.py` and held to the same contracts as a team's own (docs/workloads.md)."""
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from crucible.workloads.config import TaskConfig
+from crucible.workloads.environments import ArithmeticEnvironment
+from crucible.workloads.jobs.config import SECTIONS, build_task, given_fields, validated
 from crucible.workloads.tasks.arithmetic import SolverTeacher, solve
 
 if TYPE_CHECKING:  # torch is imported by the job once the config is known to be good
@@ -56,3 +59,18 @@ def arithmetic(model: "ModelHandle") -> dict[str, float]:
 def arithmetic_solver(prompts: Sequence[str]) -> list[str]:
     """The programmatic teacher: the exact answer to each arithmetic prompt."""
     return SolverTeacher().complete(prompts)
+
+
+def arithmetic_environment(
+    *,
+    digits: int = TaskConfig.digits,
+    operators: Sequence[str] = TaskConfig.operators,
+    held_out_fraction: float = TaskConfig.held_out_fraction,
+) -> ArithmeticEnvironment:
+    """The arithmetic task as an environment (`environments.ArithmeticEnvironment`), its
+    options the fields of `config.task`; a value the task cannot draw from is a ConfigError."""
+    where = "spec.environment.options"
+    given = {"digits": digits, "operators": operators, "held_out_fraction": held_out_fraction}
+    return ArithmeticEnvironment(
+        build_task(given_fields(validated(SECTIONS["task"], where, given)), where)
+    )

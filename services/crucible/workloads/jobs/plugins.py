@@ -1,5 +1,6 @@
-"""The reward, eval suite or teacher a job runs: a built-in's name or an import path
-`package.module:attribute` to a team's own code, resolved to a callable before any heavy work.
+"""The reward, eval suite, teacher or environment a job runs: a built-in's name or an import
+path `package.module:attribute` to a team's own code, resolved to a callable before any heavy
+work.
 
 An import path resolves in the job's own Python: the packages installed in the workload
 image (or the local virtual environment), then the run's `workingDir`, which `python -m`
@@ -10,10 +11,19 @@ ConfigError (exit 2) naming the spec field, the module and the attribute.
 
 The contracts (docs/workloads.md):
 - reward: `reward(prompts, completions, metadata, **options) -> scores`, one float per sample;
-  `metadata[i]` is the prompt's dataset record without its prompt (or the task's answer).
+  `metadata[i]` is the prompt's record without its "prompt" field (or the task's answer).
 - eval suite: `suite(model, **options) -> {metric: float}`; `model` is a
   `crucible.workloads.model_handle.ModelHandle` with generate and logprob.
 - teacher: `teacher(prompts, **options) -> completions`, one string per prompt.
+- environment: `environment(**options)` (a function or a class) returns an object with
+  `prompts(count, seed) -> records`, `count` mappings each with a "prompt" (a string) or
+  "messages" (a chat: a list of {role, content}) and any metadata, the same for the same
+  seed; and `score(prompts, completions, metadata) -> scores`, as a reward's. A rollout
+  with an environment takes its prompts from it and scores with it, instead of a prompts
+  dataset and a reward. The factory is called before the model loads.
+
+What the code returns is checked (`checked_*`, `CheckedEnvironment`): a wrong count or type,
+or a number that is not finite, is a RuntimeError naming the function (exit 1).
 """
 
 import importlib
@@ -24,7 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crucible.workloads.environments import Environment
 from crucible.workloads.jobs.config import ConfigError
+from crucible.workloads.jobs.prompts import record_problem
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,9 @@ TEACHER = Kind(
     "teacher",
     ("prompts",),
     {"arithmetic-solver": "crucible.workloads.jobs.builtins:arithmetic_solver"},
+)
+ENVIRONMENT = Kind(
+    "environment", (), {"arithmetic": "crucible.workloads.jobs.builtins:arithmetic_environment"}
 )
 
 
@@ -163,11 +178,13 @@ def _check_signature(
 
 def checked_scores(plugin: Plugin, values: Any, count: int) -> list[float]:
     """A reward's return value as `count` finite floats, or a RuntimeError naming it."""
-    scores = _floats(plugin, values, "scores")
+    return _scores(f"reward {plugin.reference}", values, count)
+
+
+def _scores(name: str, values: Any, count: int) -> list[float]:
+    scores = _floats(name, values, "scores")
     if len(scores) != count:
-        raise RuntimeError(
-            f"reward {plugin.reference} returned {len(scores)} scores for {count} samples"
-        )
+        raise RuntimeError(f"{name} returned {len(scores)} scores for {count} samples")
     return scores
 
 
@@ -182,7 +199,7 @@ def checked_metrics(plugin: Plugin, values: Any) -> dict[str, float]:
     for name, value in values.items():
         if not isinstance(name, str) or not name:
             raise RuntimeError(f"eval suite {plugin.reference} returned a metric named {name!r}")
-        (metrics[name],) = _floats(plugin, [value], f"metric {name!r}")
+        (metrics[name],) = _floats(f"eval suite {plugin.reference}", [value], f"metric {name!r}")
     return metrics
 
 
@@ -200,14 +217,68 @@ def checked_completions(plugin: Plugin, values: Any, count: int) -> list[str]:
     return list(values)
 
 
-def _floats(plugin: Plugin, values: Any, what: str) -> list[float]:
+@dataclass(frozen=True)
+class CheckedEnvironment:
+    """An environment built by its factory, what its methods return checked."""
+
+    plugin: Plugin
+    instance: Environment
+
+    @property
+    def reference(self) -> str:
+        return self.plugin.reference
+
+    def prompts(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` prompt records, each with a well-formed "prompt" or "messages"."""
+        name = f"environment {self.reference}"
+        values = self.instance.prompts(count, seed)
+        if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
+            raise RuntimeError(
+                f"{name} prompts() returned {type(values).__name__}, not a list of records"
+            )
+        if len(values) != count:
+            raise RuntimeError(
+                f"{name} prompts() returned {len(values)} records for count={count}; it must "
+                "return count records (config.rollout.num_prompts sets count)"
+            )
+        for number, record in enumerate(values, start=1):
+            problem = record_problem(record, f"{name} prompts() record {number}")
+            if problem is not None:
+                raise RuntimeError(problem)
+        return [dict(record) for record in values]
+
+    def score(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        metadata: Sequence[Mapping[str, Any]],
+    ) -> list[float]:
+        """One finite float per sample."""
+        values = self.instance.score(list(prompts), list(completions), list(metadata))
+        return _scores(f"environment {self.reference} score()", values, len(prompts))
+
+
+def build_environment(plugin: Plugin) -> CheckedEnvironment:
+    """The object a resolved environment factory returns, with its options; a RuntimeError
+    naming the factory when it has no prompts() or no score()."""
+    instance = plugin()
+    missing = [m for m in ("prompts", "score") if not callable(getattr(instance, m, None))]
+    if missing:
+        raise RuntimeError(
+            f"environment {plugin.reference} returned a {type(instance).__name__}, which has "
+            f"no {' and no '.join(m + '()' for m in missing)}; an environment's factory returns "
+            "an object with prompts(count, seed) and score(prompts, completions, metadata)"
+        )
+    return CheckedEnvironment(plugin, instance)
+
+
+def _floats(name: str, values: Any, what: str) -> list[float]:
     if hasattr(values, "tolist"):  # a NumPy array or a torch tensor
         values = values.tolist()
         values = values if isinstance(values, list) else [values]
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
         raise RuntimeError(
-            f"{plugin.reference} returned {type(values).__name__} for its {what}, not a list "
-            "of numbers"
+            f"{name} returned {type(values).__name__} for its {what}, not a list of numbers"
         )
     floats = []
     for index, value in enumerate(values):
@@ -215,10 +286,9 @@ def _floats(plugin: Plugin, values: Any, what: str) -> list[float]:
             value = value.item()
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise RuntimeError(
-                f"{plugin.reference} returned {value!r} (at {index}) among its {what}; "
-                "each must be a number"
+                f"{name} returned {value!r} (at {index}) among its {what}; each must be a number"
             )
         if not math.isfinite(value):
-            raise RuntimeError(f"{plugin.reference} returned {value} (at {index}) among its {what}")
+            raise RuntimeError(f"{name} returned {value} (at {index}) among its {what}")
         floats.append(float(value))
     return floats

@@ -1,12 +1,16 @@
 """`python -m crucible.workloads.jobs.rollout`: K scored samples per prompt from a policy
 checkpoint, published as a trajectories dataset for RL.
 
-The policy is CRUCIBLE_INPUTS.checkpoint (its model shape from the checkpoint's meta); the
-prompts are the "prompt" fields of the first input dataset (at most
-`config.rollout.num_prompts`), or train-split problems of the task when there is none; the
-reward is `spec.reward.name` (a built-in or an import path, `plugins.py`) with the rest of
-each prompt's record as its metadata; K is `spec.samplesPerPrompt`, sampling `spec.sampling`. A
-RolloutJob whose policy is a teacher is data generation: it runs
+The policy is CRUCIBLE_INPUTS.checkpoint (its model shape from the checkpoint's meta); K is
+`spec.samplesPerPrompt`, sampling `spec.sampling`. The prompts and their scores come from
+one of:
+- `spec.environment` (a built-in or an import path, `plugins.py`): `config.rollout.num_prompts`
+  prompts from its `prompts(count, seed)`, scored by its `score`;
+- `spec.reward` (likewise), scoring the records of the first input dataset (at most
+  `config.rollout.num_prompts`), or train-split problems of the checkpoint's task when
+  there is none, with the rest of each record as its metadata.
+A record is a "prompt" or a chat ("messages", rendered with the model's chat template:
+`prompts.py`). A RolloutJob whose policy is a teacher is data generation: it runs
 `crucible.workloads.jobs.datagen`.
 """
 
@@ -16,29 +20,36 @@ from dataclasses import replace
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
+from crucible.workloads.environments import ArithmeticEnvironment
 from crucible.workloads.jobs import datagen
 from crucible.workloads.jobs.checkpoints import load_model
 from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.datasets import (
-    output_path,
-    read_records,
-    require_fields,
-    write_atomically,
-)
+from crucible.workloads.jobs.datasets import output_path, read_records, write_atomically
 from crucible.workloads.jobs.env import JobEnv, read_env
-from crucible.workloads.jobs.plugins import REWARD, Plugin, checked_scores, resolve
+from crucible.workloads.jobs.plugins import (
+    ENVIRONMENT,
+    REWARD,
+    CheckedEnvironment,
+    Kind,
+    Plugin,
+    build_environment,
+    checked_scores,
+    resolve,
+)
 from crucible.workloads.jobs.process import run_job, setup_torch
+from crucible.workloads.jobs.prompts import build_prompts, record_problem
 from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
-from crucible.workloads.tasks.arithmetic import ArithmeticTask
 
 if TYPE_CHECKING:
+    from crucible.schemas.lineage import CheckpointPublic
+    from crucible.sdk import Run
     from crucible.workloads.rollout import Scorer
 
 log = logging.getLogger("crucible.workloads.rollout")
 
 DEFAULT_NUM_PROMPTS = 256
-"""Problems sampled when the job has no prompts dataset and config.rollout.num_prompts is
-unset."""
+"""Prompts an environment makes, or task problems sampled when the job has no prompts
+dataset, when config.rollout.num_prompts is unset."""
 
 TRAJECTORY_SCHEMA = {
     "format": "jsonl",
@@ -58,21 +69,43 @@ def main() -> None:
     run_job("rollout", rollout_job)
 
 
-def reward_of(env: JobEnv) -> Plugin:
-    """`spec.reward`, resolved with its options."""
-    reward = env.spec_object("reward")
-    name = reward.get("name")
+def plugin_of(env: JobEnv, field: str, kind: Kind) -> Plugin:
+    """`spec.<field>` (`{name, options}`), resolved with its options."""
+    given = env.spec_object(field)
+    name = given.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(
-            "spec.reward is required to score the samples: a built-in "
-            f"({', '.join(REWARD.builtins)}) or an import path package.module:function"
+            f"spec.{field}.name must name the {kind.noun}: a built-in "
+            f"({', '.join(kind.builtins)}) or an import path package.module:name"
         )
-    options = reward.get("options") or {}
+    options = given.get("options") or {}
     if not isinstance(options, dict):
-        raise ConfigError("spec.reward.options must be an object")
+        raise ConfigError(f"spec.{field}.options must be an object")
     return resolve(
-        REWARD, name, options, where="spec.reward.name", options_where="spec.reward.options"
+        kind, name, options, where=f"spec.{field}.name", options_where=f"spec.{field}.options"
     )
+
+
+def scoring_of(env: JobEnv) -> CheckedEnvironment | Plugin:
+    """What scores the samples: `spec.environment`, built (it makes the prompts too), or
+    `spec.reward`; exactly one of them."""
+    if env.spec.get("environment") is None:
+        if env.spec.get("reward") is None:
+            raise ConfigError(
+                "spec.environment or spec.reward is required to score a checkpoint's samples: "
+                f"an environment ({', '.join(ENVIRONMENT.builtins)} or an import path "
+                "package.module:factory) makes the prompts and scores them; a reward "
+                f"({', '.join(REWARD.builtins)} or package.module:function) scores spec.prompts "
+                "or the task's problems"
+            )
+        return plugin_of(env, "reward", REWARD)
+    given = [f"spec.{key}" for key in ("prompts", "reward") if env.spec.get(key) is not None]
+    if given or env.inputs.datasets:
+        raise ConfigError(
+            "spec.environment makes the prompts and scores the samples: drop "
+            f"{' and '.join(given or ['the datasets of CRUCIBLE_INPUTS'])}"
+        )
+    return build_environment(plugin_of(env, "environment", ENVIRONMENT))
 
 
 def scorer(reward: Plugin) -> "Scorer":
@@ -86,13 +119,42 @@ def scorer(reward: Plugin) -> "Scorer":
     return score
 
 
+def prompt_records(
+    env: JobEnv,
+    run: "Run",
+    scoring: CheckedEnvironment | Plugin,
+    checkpoint: "CheckpointPublic",
+    seed: int,
+) -> list[dict[str, Any]]:
+    """The records to sample from, checked: the environment's, the prompts dataset's, or the
+    checkpoint's task problems."""
+    limit = env.config.rollout_num_prompts
+    count = limit or DEFAULT_NUM_PROMPTS
+    if isinstance(scoring, CheckedEnvironment):
+        return scoring.prompts(count, seed)
+    if not env.inputs.datasets:
+        task = env.config.task_over(
+            checkpoint.meta.get("task"), f"checkpoint {checkpoint.id} meta.task"
+        )
+        return ArithmeticEnvironment(task).prompts(count, seed)
+    (ref,) = env.inputs.datasets[:1]
+    records = read_records(run, [ref])
+    for number, record in enumerate(records, start=1):
+        problem = record_problem(record, f"dataset {ref} record {number}")
+        if problem is not None:
+            raise ConfigError(problem)
+    if not records:
+        raise ConfigError(f"the prompts dataset {ref} has no records")
+    return records[:limit] if limit is not None else records
+
+
 def rollout_job() -> None:
     env = read_env()
     if env.spec_object("policy").get("teacher") is not None:
         datagen.datagen()
         return
     name = datagen.output_name(env)
-    reward = reward_of(env)
+    scoring = scoring_of(env)
     config = rollout_config(env)
     checkpoint_id = env.inputs.checkpoint
     if checkpoint_id is None:
@@ -116,40 +178,31 @@ def rollout_job() -> None:
         # Sample in bf16, as the trainer's autocast computes the same logprobs and as the
         # generator was measured (benchmarks/gpu/README.md); the CPU keeps float32.
         model = model.to(torch.bfloat16)
-    limit = env.config.rollout_num_prompts
-    if env.inputs.datasets:
-        records = read_records(run, env.inputs.datasets[:1])
-        require_fields(records, ("prompt",), "a prompts dataset has a prompt per record")
-        records = records[:limit] if limit is not None else records
-        prompts = [str(r["prompt"]) for r in records]
-        # The reward sees the rest of each prompt's record (a reference answer, a test).
-        metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in records]
-    else:
-        task = ArithmeticTask(
-            env.config.task_over(record.meta.get("task"), f"checkpoint {record.id} meta.task")
-        )
-        problems = task.sample("train", limit or DEFAULT_NUM_PROMPTS, seed=config.seed)
-        prompts = [p.prompt for p in problems]
-        metadata = [{"answer": p.answer} for p in problems]
-    if not prompts:
-        raise ConfigError("the prompts dataset has no records")
+    prompts = build_prompts(prompt_records(env, run, scoring, record, config.seed), tokenizer)
     config = replace(
         config,
         max_new_tokens=fit_new_tokens(
-            config.max_new_tokens,
-            model.max_seq_len,
-            [len(tokenizer.encode(p, bos=True)) for p in prompts],
+            config.max_new_tokens, model.max_seq_len, [len(p.tokens) for p in prompts]
         ),
     )
 
-    trajectories = rollout(model, tokenizer, prompts, scorer(reward), config, metadata=metadata)
+    trajectories = rollout(
+        model,
+        tokenizer,
+        [p.text for p in prompts],
+        scoring.score if isinstance(scoring, CheckedEnvironment) else scorer(scoring),
+        config,
+        metadata=[p.metadata for p in prompts],
+        prompt_tokens=[p.tokens for p in prompts],
+    )
     path = output_path(run, name)
     count = write_atomically(path, lambda p: write_trajectories(p, trajectories))
     rewards = [t.reward for t in trajectories]
+    source = "environment" if isinstance(scoring, CheckedEnvironment) else "reward"
     schema = {
         **TRAJECTORY_SCHEMA,
         "samples_per_prompt": config.samples_per_prompt,
-        "reward": reward.reference,
+        source: scoring.reference,
         "policy_checkpoint": record.id,
     }
     version = run.publish_dataset(name, path, count, schema=schema)
