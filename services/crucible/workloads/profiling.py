@@ -40,12 +40,12 @@ class StepProfiler:
             if torch.cuda.is_available():
                 activities.append(ProfilerActivity.CUDA)
             self._profile = profile(activities=activities)
-            self._profile.__enter__()
+            self._profile.start()
         yield
         if step == self._last:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            self._profile.__exit__(None, None, None)
+            self._profile.stop()
             self._write(self._profile)
             self._profile = None
 
