@@ -99,23 +99,16 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     labels = meta.get("labels") or {}
-    terminations = []
-    waiting = []
     image = image_id = None
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") == naming.WORKLOAD_CONTAINER:
             image, image_id = cs.get("image") or None, cs.get("imageID") or None
-        if (state := (cs.get("state") or {}).get("waiting")) is not None:
-            waiting.append((state.get("reason") or "", (state.get("message") or "").strip()))
-        terminated = (cs.get("state") or {}).get("terminated")
-        if terminated:
-            terminations.append(
-                Termination(
-                    int(terminated.get("exitCode", 0)),
-                    terminated.get("reason") or "",
-                    (terminated.get("message") or "").strip(),
-                )
-            )
+    # An init container (the code package's fetch) that cannot start or fails is why the pod
+    # fails; one that finished says nothing about it.
+    inits = status.get("initContainerStatuses") or []
+    waiting = _waiting(inits) + _waiting(status.get("containerStatuses") or [])
+    terminations = [t for t in _terminations(inits) if t.exit_code != 0]
+    terminations += _terminations(status.get("containerStatuses") or [])
     return PodFacts(
         name=meta.get("name", ""),
         namespace=meta.get("namespace", ""),
@@ -139,6 +132,26 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
         image=image,
         image_id=image_id,
     )
+
+
+def _waiting(statuses: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (state.get("reason") or "", (state.get("message") or "").strip())
+        for cs in statuses
+        if (state := (cs.get("state") or {}).get("waiting")) is not None
+    ]
+
+
+def _terminations(statuses: list[Mapping[str, Any]]) -> list[Termination]:
+    return [
+        Termination(
+            int(terminated.get("exitCode", 0)),
+            terminated.get("reason") or "",
+            (terminated.get("message") or "").strip(),
+        )
+        for cs in statuses
+        if (terminated := (cs.get("state") or {}).get("terminated"))
+    ]
 
 
 @dataclass(frozen=True)

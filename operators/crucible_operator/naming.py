@@ -28,6 +28,8 @@ FIELD_MANAGER = "crucible-operator"
 
 # The container that runs the workload in each pod (its status carries the image digest).
 WORKLOAD_CONTAINER = "workload"
+# The init container that unpacks the run's code package before it, when the spec has one.
+CODE_CONTAINER = "fetch-code"
 
 # Kubernetes expands $(VAR) in a container's command and args from its env.
 TORCHRUN_PORT = 29500

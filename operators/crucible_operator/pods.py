@@ -6,6 +6,7 @@ One pod per node (TrainingRun), per replica (RolloutJob) or one (EvalJob), named
 name, `<run>-a<attempt>-0.<run>.<namespace>.svc`, which the headless Service provides.
 """
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,10 @@ from crucible_operator import naming
 from crucible_operator.facts import GPU
 
 WORKSPACE = "/workspace"  # the pod's scratch (an emptyDir), its CRUCIBLE_HOME
+# Where the init container unpacks the run's code package (an emptyDir the workload container
+# mounts read-only, first on its PYTHONPATH).
+CODE_DIR = "/crucible-code"
+CODE_VOLUME = "code"
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,7 @@ def build_pods(
     scheduling = spec.get("scheduling") or {}
     master = f"{naming.pod_name(name, attempt.number, 0)}.{naming.service_name(name)}"
     master += f".{namespace}.svc"
+    with_package = bool(spec.get("codePackage"))
     shared: dict[str, str] = {}
     if options.storage_claim:
         run_dir = f"{options.storage_path.rstrip('/')}/runs/{attempt.run_id}"
@@ -201,6 +207,7 @@ def build_pods(
             inputs=dict(attempt.inputs) if attempt.inputs is not None else None,
             checkpoint_uri=checkpoint_uri,
             termination_log=contract.KUBERNETES_TERMINATION_LOG,
+            code_dir=CODE_DIR if with_package else None,
         ),
     }
     base_env = {**shared, **base_env}  # the spec's own env still wins
@@ -208,7 +215,7 @@ def build_pods(
         {"name": "dshm", "emptyDir": {"medium": "Memory", **_size(options.shm_limit)}},
         {"name": "workspace", "emptyDir": {}},
     ]
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory volume, by design
         {"name": "workspace", "mountPath": WORKSPACE},
     ]
@@ -217,6 +224,8 @@ def build_pods(
             {"name": "storage", "persistentVolumeClaim": {"claimName": options.storage_claim}}
         )
         mounts.append({"name": "storage", "mountPath": options.storage_path})
+    if with_package:
+        volumes.append({"name": CODE_VOLUME, "emptyDir": {}})
     pods = []
     for rank in range(sh.pods):
         env = dict(base_env)
@@ -240,6 +249,13 @@ def build_pods(
         container_env: dict[str, Any] = {"env": env_list}
         if options.storage_uri and options.storage_secret:
             container_env["envFrom"] = [{"secretRef": {"name": options.storage_secret}}]
+        image = spec.get("image") or options.default_image
+        workload_mounts = mounts
+        if with_package:
+            workload_mounts = [
+                *mounts,
+                {"name": CODE_VOLUME, "mountPath": CODE_DIR, "readOnly": True},
+            ]
         pod_spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": options.grace_seconds,
@@ -255,25 +271,24 @@ def build_pods(
             "containers": [
                 {
                     "name": naming.WORKLOAD_CONTAINER,
-                    "image": spec.get("image") or options.default_image,
+                    "image": image,
                     "command": _command(kind, spec, sh, rank, master),
                     **({"workingDir": spec["workingDir"]} if spec.get("workingDir") else {}),
                     **container_env,
                     "resources": _resources(spec, sh.gpus_per_pod),
-                    "volumeMounts": mounts,
+                    "volumeMounts": workload_mounts,
                     # The workload's last sentence, or the end of its log if it left none,
                     # goes into the container's status, and from there into the attempt.
                     "terminationMessagePath": contract.KUBERNETES_TERMINATION_LOG,
                     "terminationMessagePolicy": "FallbackToLogsOnError",
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
+                    "securityContext": _container_security(),
                 }
             ],
             "volumes": volumes,
             "tolerations": _tolerations(spec, sh.gpus_per_pod, options),
         }
+        if with_package:
+            pod_spec["initContainers"] = [_code_container(image, container_env, mounts)]
         if sh.pods > 1:
             pod_spec["hostname"] = naming.pod_name(name, attempt.number, rank)
             pod_spec["subdomain"] = naming.service_name(name)
@@ -309,6 +324,34 @@ def build_pods(
             }
         )
     return pods
+
+
+def _code_container(
+    image: str, container_env: Mapping[str, Any], mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The init container that fetches the run's code package (its artifact id is in the
+    environment it shares with the workload, with the API's token and the storage's keys),
+    checks its digest and unpacks it where the workload container finds it; a package that
+    cannot be had fails the pod, with the reason in this container's termination message."""
+    env = copy.deepcopy(dict(container_env))
+    # Its own imports come from the image alone, never from the package it is unpacking.
+    env["env"] = [e for e in env["env"] if e["name"] != "PYTHONPATH"]
+    return {
+        "name": naming.CODE_CONTAINER,
+        "image": image,  # the workload's: its crucible, and a pull the node makes once
+        "command": ["python", "-m", "crucible.fetch_code", "--into", CODE_DIR],
+        **env,
+        "volumeMounts": [*copy.deepcopy(mounts), {"name": CODE_VOLUME, "mountPath": CODE_DIR}],
+        "terminationMessagePath": contract.KUBERNETES_TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": _container_security(),
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    """Every container's; with the pod's non-root user and seccomp profile, what the
+    restricted Pod Security Standard asks."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def _size(limit: str | None) -> dict[str, str]:

@@ -243,7 +243,11 @@ class Pass:
             self.stale = True  # pinned inputs, or a phase moved to WaitingForInputs/Failed
             if not resolution.ready:
                 return POLL_WAITING
-            inputs = {"datasets": resolution.datasets, "checkpoint": resolution.checkpoint}
+            inputs = {
+                "datasets": resolution.datasets,
+                "checkpoint": resolution.checkpoint,
+                "artifacts": resolution.artifacts,
+            }
         if run.attempt_count > 0:
             if run.phase is not Phase.Scheduling:
                 return POLL_WAITING

@@ -209,7 +209,7 @@ def test_a_run_waits_for_its_inputs_and_gets_them_pinned_in_its_environment(
     )
     tick_until(executor, lambda: phase_of(live_api, run.id) == "Succeeded")
     log = executor.log_path(run.id, 1).read_text()
-    assert 'inputs {"datasets": ["exec-data@1"], "checkpoint": null}' in log
+    assert 'inputs {"datasets": ["exec-data@1"], "checkpoint": null, "artifacts": {}}' in log
 
 
 def test_a_spec_without_a_command_runs_the_reference_workload() -> None:

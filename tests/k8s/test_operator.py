@@ -451,6 +451,46 @@ def test_a_rest_submission_becomes_a_resource_the_operator_runs(stack: Stack, ns
     assert stack.get(f"/runs/{run['id']}")["k8s_uid"] == cr["metadata"]["uid"]
 
 
+def test_a_code_package_is_unpacked_by_an_init_container_the_api_server_admits(
+    stack: Stack, ns: str
+) -> None:
+    stack.post("/projects", {"name": ns, "namespace": ns})
+    artifact = stack.post(
+        "/artifacts",
+        {
+            "project": ns,
+            "kind": "code",
+            "name": "team-code",
+            "uri": f"s3://code/{ns}/team-code.tar",
+            "digest": "sha256:" + "c" * 64,
+            "size_bytes": 10240,
+        },
+    )
+    h.apply(
+        training_run(
+            "packaged", codePackage="artifact:team-code", command=["python", "-m", "team.train"]
+        ),
+        namespace=ns,
+    )
+    (pod,) = stack.wait_for(
+        "the pod of packaged", lambda: pods_of(ns, "packaged", 1) or None, seconds=90
+    )
+    (init,) = pod["spec"]["initContainers"]
+    assert init["name"] == naming.CODE_CONTAINER
+    assert init["command"][-3:] == ["crucible.fetch_code", "--into", "/crucible-code"]
+    init_env = {e["name"]: e.get("value", "<from secret>") for e in init["env"]}
+    assert init_env["CRUCIBLE_CODE_PACKAGE"] == str(artifact["id"])  # pinned by name
+    assert init_env["CRUCIBLE_TOKEN"] == "<from secret>"
+    assert env_of(pod)["PYTHONPATH"] == "/crucible-code"
+    assert {"name": "code", "emptyDir": {}} in pod["spec"]["volumes"]
+    workload = pod["spec"]["containers"][0]
+    assert {"name": "code", "mountPath": "/crucible-code", "readOnly": True} in workload[
+        "volumeMounts"
+    ]
+    run = api_run(stack, ns, "packaged")
+    assert run["resolved_inputs"]["artifacts"] == {"team-code": artifact["id"]}
+
+
 def test_a_loop_applied_at_once_starts_each_stage_when_its_inputs_appear(
     stack: Stack, ns: str
 ) -> None:

@@ -2,7 +2,8 @@
 --storage-uri on the test stack's S3 server (scripts/objectstore, listening on the pods'
 bridge) and pods take its keys from a Secret. A teacher publishes its dataset to S3, two SFT
 runs read it back, one is evicted: its SIGTERM checkpoint goes to S3, the workers check it
-there, and the next pod resumes from it with the uninterrupted run's losses, bitwise.
+there, and the next pod resumes from it with the uninterrupted run's losses, bitwise. A
+run's code package (`crucible submit --package --package-to s3://...`) comes from S3 too.
 
 Its own module, so its stack (whose operator watches every namespace) never runs beside
 test_real_node's."""
@@ -10,11 +11,15 @@ test_real_node's."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from crucible.artifacts import remote
+from crucible.artifacts import code_package, remote
 from crucible.domain.enums import Phase
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
@@ -140,3 +145,83 @@ def test_an_evicted_attempt_checkpoints_to_s3_and_the_next_pod_resumes_bitwise(
         for p in pods["items"]
         for c in p["spec"]["containers"]
     )
+
+
+PACKAGED_SCRIPT = """\
+import crucible
+
+from shipped_code.answer import ANSWER
+
+run = crucible.init()
+run.log({"answer": ANSWER}, step=0)
+run.finish()
+"""
+
+
+def packaged_run(name: str, code_package: str | None = None) -> str:
+    spec = "  experiment: packages\n  command: [python, -m, shipped_code.train]\n"
+    spec += "  recovery: {maxFailures: 0}\n"
+    if code_package is not None:
+        spec += f"  codePackage: {code_package}\n"
+    return f"kind: TrainingRun\nmetadata: {{name: {name}}}\nspec:\n{spec}"
+
+
+@pytest.mark.timeout(900)
+def test_a_code_package_on_s3_runs_in_a_restricted_pod_and_a_changed_one_fails_naming_digests(
+    s3_ns: str,
+    s3_stack: Stack,
+    store: ObjectStore,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    forget_s3_clients: None,
+) -> None:
+    """docs/storage.md's `crucible submit --package` on a cluster whose only shared storage is
+    S3: the init container fetches the package with the pods' keys, the workload imports it."""
+    module = tmp_path / "team-code" / "shipped_code"
+    module.mkdir(parents=True)
+    (module / "__init__.py").write_text("")
+    (module / "answer.py").write_text("ANSWER = 42.0\n")
+    (module / "train.py").write_text(PACKAGED_SCRIPT)
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(packaged_run("packaged"))
+    s3_stack.post("/projects", {"name": s3_ns, "namespace": s3_ns})
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")},
+        **store.client_env,
+        "CRUCIBLE_API_URL": s3_stack.url,
+        "CRUCIBLE_TOKEN": s3_stack.token,
+        "CRUCIBLE_HOME": str(tmp_path / "home"),
+    }
+    submit = [sys.executable, "-m", "crucible", "submit", "--project", s3_ns]
+    submit += ["--backend", "kubernetes"]
+    done = subprocess.run(
+        [*submit, str(runs), "--package", str(module.parent), "--package-to", f"{prefix}/code"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    ran = wait_runs(s3_stack, s3_ns, ["packaged"], seconds=400)["packaged"]
+    assert ran.phase == Phase.Succeeded, (ran, s3_stack.logs())
+    history = s3_stack.get(f"/runs/{ran.id}/metrics", keys="answer")
+    assert history["series"][0]["values"] == [42.0]
+    (artifact,) = s3_stack.get("/artifacts", project=s3_ns, kind="code")["items"]
+    assert artifact["uri"].startswith(f"{prefix}/code/")
+
+    # The object changed behind the control plane's back: the init container refuses it.
+    point_at(store, monkeypatch)
+    fs, path = remote.filesystem(artifact["uri"])
+    changed = fs.cat_file(path).replace(b"ANSWER = 42.0", b"ANSWER = 41.0")
+    fs.pipe_file(path, changed)
+    runs.write_text(packaged_run("tampered", f"artifact:{artifact['id']}"))
+    done = subprocess.run(
+        [*submit, str(runs)], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    failed = wait_runs(s3_stack, s3_ns, ["tampered"], seconds=400)["tampered"]
+    assert failed.phase == Phase.Failed, failed
+    (attempt,) = s3_stack.get(f"/runs/{failed.id}/attempts")
+    found = code_package.digest_of(changed)
+    assert f"expected {artifact['digest']}, found {found}" in attempt["message"], attempt

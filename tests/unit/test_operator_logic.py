@@ -425,6 +425,109 @@ def test_with_object_storage_files_go_under_runs_and_keys_come_from_a_secret() -
     assert all(v["name"] != "storage" for v in built["spec"]["volumes"])
 
 
+def test_a_code_package_is_unpacked_by_an_init_container_first_on_pythonpath() -> None:
+    options = dataclasses.replace(OPTIONS, storage_uri="s3://team/crucible", storage_secret="s3")
+    spec: dict[str, Any] = {
+        "codePackage": "artifact:team-code",
+        "command": ["python", "-m", "team_loop.train"],
+        "env": [{"name": "PYTHONPATH", "value": "/opt/extra"}],
+    }
+    (built,) = pods.build_pods(
+        body(**spec),
+        "TrainingRun",
+        pods.Attempt(run_id=9, number=1, resume_from=None, inputs={"artifacts": {"team-code": 12}}),
+        options,
+    )
+    pod_spec = built["spec"]
+    (init,) = pod_spec["initContainers"]
+    (workload,) = pod_spec["containers"]
+    assert init["name"] == naming.CODE_CONTAINER
+    assert init["image"] == workload["image"] == "img:1"
+    assert init["command"] == ["python", "-m", "crucible.fetch_code", "--into", pods.CODE_DIR]
+    code = {"name": "code", "emptyDir": {}}
+    assert code in pod_spec["volumes"]
+    assert {"name": "code", "mountPath": pods.CODE_DIR} in init["volumeMounts"]
+    assert {"name": "code", "mountPath": pods.CODE_DIR, "readOnly": True} in workload[
+        "volumeMounts"
+    ]
+    # The init container reaches the API and the store as the workload does.
+    init_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in init["env"]}
+    assert init_env["CRUCIBLE_CODE_PACKAGE"] == "12"  # the id the control plane pinned
+    assert init_env["CRUCIBLE_TOKEN"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
+    assert init["envFrom"] == workload["envFrom"] == [{"secretRef": {"name": "s3"}}]
+    assert "PYTHONPATH" not in init_env  # its imports never come from the package
+    assert env(built)["PYTHONPATH"] == f"{pods.CODE_DIR}:/opt/extra"
+    # Restricted Pod Security: non-root pod, no escalation, no capabilities, in both.
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in (init, workload):
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    assert init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+    (plain,) = pods.build_pods(
+        body(),
+        "TrainingRun",
+        pods.Attempt(run_id=9, number=1, resume_from=None, inputs=None),
+        OPTIONS,
+    )
+    assert "initContainers" not in plain["spec"]
+    assert all(v["name"] != "code" for v in plain["spec"]["volumes"])
+    assert "PYTHONPATH" not in env(plain) and "CRUCIBLE_CODE_PACKAGE" not in env(plain)
+
+
+def test_a_failed_code_fetch_fails_the_attempt_with_its_words() -> None:
+    said = "code package artifact 12 (team) does not match: expected sha256:aa, found sha256:bb"
+    facts = pod_facts(
+        {
+            "metadata": {"name": "sft-a1-0"},
+            "status": {
+                "phase": "Failed",
+                "initContainerStatuses": [
+                    {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": said}}}
+                ],
+                "containerStatuses": [
+                    {"state": {"waiting": {"reason": "PodInitializing"}}, "name": "workload"}
+                ],
+            },
+        }
+    )
+    verdict = outcome.judge([facts], 1, NODES, started=False)
+    assert (verdict.state, verdict.reason, verdict.exit_code) == (
+        outcome.State.failed,
+        reasons.REASON_ERROR_EXIT,
+        1,
+    )
+    assert said in verdict.message
+    # An init container whose image the node cannot pull fails it too, instead of waiting.
+    pulling = pod_facts(
+        {
+            "metadata": {"name": "sft-a1-0"},
+            "status": {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {"state": {"waiting": {"reason": "ErrImagePull", "message": "no such image"}}}
+                ],
+            },
+        }
+    )
+    assert outcome.judge([pulling], 1, NODES, started=False).reason == "ImagePullFailed"
+    # One that finished is no evidence of how the workload ended.
+    done = pod_facts(
+        {
+            "metadata": {"name": "sft-a1-0"},
+            "status": {
+                "phase": "Succeeded",
+                "initContainerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
+                "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
+            },
+        }
+    )
+    assert [t.exit_code for t in done.terminations] == [0]
+
+
 def test_the_operators_node_selector_and_tolerations_apply_to_every_pod() -> None:
     options = dataclasses.replace(
         OPTIONS, node_selector={"pool": "gpu", "zone": "a"}, tolerated_taints=("pool",)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crucible.client.reproduce import CannotReproduce, reproduction, reproduction_name
-from crucible.schemas.provenance import CodeSource, GitState
+from crucible.schemas.provenance import CodePackage, CodeSource, GitState
 from crucible.schemas.runs import AttemptPublic, RunPublic
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -112,6 +112,28 @@ def test_artifacts_named_in_the_config_are_pinned_by_id() -> None:
         "model": {"tokenizer": "artifact:12"},
         "suite": {"ids": ["artifact:3"]},
     }
+
+
+def test_a_code_package_is_pinned_by_id_and_stands_for_the_commands_directory() -> None:
+    packaged = CODE.model_copy(
+        update={"package": CodePackage(artifact_id=12, digest="sha256:" + "e" * 64)}
+    )
+    run = run_of(
+        "train",
+        {"command": ["python", "-m", "team_loop.train"], "codePackage": "artifact:team-code"},
+        code=packaged,
+        resolved_inputs={"datasets": [], "checkpoint": None, "artifacts": {"team-code": 12}},
+    )
+    # The package's directory is not here (no git state): what is installed still counts.
+    here = CodeSource(directory="/elsewhere", packages={"crucible": "0.1.0"})
+    request = reproduction(run, [], project="p", name="x", current_code=here)
+    assert request.manifest.spec.code_package == "artifact:12"
+    assert request.code == packaged
+    newer = here.model_copy(update={"packages": {"crucible": "0.2.0"}})
+    with pytest.raises(
+        CannotReproduce, match=re.escape("crucible 0.1.0 was recorded, 0.2.0 is installed")
+    ):
+        reproduction(run, [], project="p", name="x", current_code=newer)
 
 
 def test_rollout_policy_and_prompts_and_eval_checkpoint_are_pinned() -> None:

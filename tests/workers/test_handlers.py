@@ -156,6 +156,64 @@ def test_an_artifact_id_of_another_project_fails_the_run(admin: TestClient) -> N
     assert "artifact 999 (config `artifact:999`) does not exist in this project" in run["message"]
 
 
+def test_a_code_package_by_name_is_waited_for_and_pinned_and_must_be_code(
+    admin: TestClient,
+) -> None:
+    make_project(admin)
+    consumer = submit_kind(admin, "TrainingRun", "sft", codePackage="artifact:team-code")
+    waiting = resolve(admin, consumer["id"])
+    assert waiting["phase"] == "WaitingForInputs"
+    assert "artifact 'team-code' does not exist yet" in waiting["message"]
+
+    def register(name: str, uri: str, kind: str = "code") -> int:
+        body = artifact_body(kind=kind, name=name, uri=uri, sources=[])
+        response = admin.post(f"{API}/artifacts", json=body)
+        assert response.status_code == 201, response.text
+        artifact_id: int = response.json()["id"]
+        return artifact_id
+
+    first = register("team-code", "s3://code/a.tar")
+    ready = resolve(admin, consumer["id"])
+    assert ready["ready"] is True and ready["artifacts"] == {"team-code": first}
+    register("team-code", "s3://code/b.tar")  # pinned: a newer package is not this run's
+    assert resolve(admin, consumer["id"])["artifacts"] == {"team-code": first}
+    labels = {i["label"] for i in admin.get(f"{API}/runs/{consumer['id']}/inputs").json()}
+    assert labels == {"code team-code"}
+
+    bpe = register("bpe", "s3://models/bpe", kind="tokenizer")
+    wrong = submit_kind(admin, "TrainingRun", "wrong", codePackage=f"artifact:{bpe}")
+    assert resolve(admin, wrong["id"])["phase"] == "Failed"
+    run = run_of(admin, wrong["id"])
+    assert run["reason"] == "NotACodePackage"
+    assert f"is artifact {bpe} (bpe), a tokenizer artifact, not a code package" in run["message"]
+
+
+def test_the_evals_of_a_packaged_run_read_the_package_it_read_and_its_working_dir(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    body = artifact_body(kind="code", name="team-code", uri="s3://code/a.tar", sources=[])
+    first = admin.post(f"{API}/artifacts", json=body).json()["id"]
+    run = submit_kind(
+        admin,
+        "TrainingRun",
+        "sft",
+        codePackage="artifact:team-code",
+        workingDir="/work/team",
+        evals=[{"suite": "team_loop.code:likelihood_suite"}],
+    )
+    assert resolve(admin, run["id"])["artifacts"] == {"team-code": first}
+    newer = artifact_body(kind="code", name="team-code", uri="s3://code/b.tar", sources=[])
+    assert admin.post(f"{API}/artifacts", json=newer).status_code == 201
+    running(admin, run["id"])
+    register_checkpoint(admin, run["id"], 100)
+    drain(app)
+    (evaluation,) = admin.get(f"{API}/runs", params={"kind": "eval"}).json()["items"]
+    spec = evaluation["manifest"]["spec"]
+    assert spec["codePackage"] == f"artifact:{first}"  # not the newer one of the same name
+    assert spec["workingDir"] == "/work/team"
+
+
 def test_a_failed_producer_fails_its_consumers(admin: TestClient) -> None:
     make_project(admin)
     producer = submit_kind(admin, "TrainingRun", "sft")

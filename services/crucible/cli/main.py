@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
@@ -16,10 +16,12 @@ from crucible.cli.output import age, console, errors, table
 from crucible.cli.tokenizers import tokenizers_app
 from crucible.client import ApiError, CrucibleClient, provenance
 from crucible.client.reproduce import REPRODUCES_TAG, reproduction, reproduction_name
+from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.domain.enums import Backend, Phase, Role, RunKind
 from crucible.domain.errors import CrucibleError
 from crucible.domain.specs import WorkloadSpec
-from crucible.schemas.provenance import CodeSource
+from crucible.schemas.lineage import ArtifactPublic
+from crucible.schemas.provenance import CodePackage, CodeSource
 from crucible.schemas.runs import AttemptPublic, RunPublic, RunSubmit
 from crucible.schemas.tenancy import TokenCreate
 from crucible.settings import DEFAULT_PROJECT, load_settings
@@ -418,14 +420,32 @@ def submit(
         Path | None,
         typer.Option(
             file_okay=False,
-            help="Directory of the run's code, whose git state is recorded; default: the "
-            "spec's workingDir, else the current directory (the crucible package for runs "
-            "without a command).",
+            help="Directory of the run's code, whose git state is recorded; default: "
+            "--package's directory, else the spec's workingDir, else the current directory "
+            "(the crucible package for runs without a command).",
+        ),
+    ] = None,
+    package: Annotated[
+        Path | None,
+        typer.Option(
+            help="A directory of the runs' own Python code (or an archive of one): packed "
+            "(only what git does not ignore), registered as a `code` artifact and set as "
+            "every document's codePackage, so each run finds it first on its PYTHONPATH.",
+        ),
+    ] = None,
+    package_to: Annotated[
+        str | None,
+        typer.Option(
+            help="Where --package is stored, as s3://bucket/prefix or file:///path that every "
+            "pod reaches; default: CRUCIBLE_HOME/packages, which only local runs read.",
         ),
     ] = None,
 ) -> None:
     """Submit the TrainingRun / RolloutJob / EvalJob documents of a YAML file (as for kubectl),
     recording where each run's code came from."""
+    from crucible.artifacts.code_package import PackageError
+    from crucible.cli import packages
+
     documents = [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
     if not documents:
         raise CrucibleError(f"{file} holds no YAML documents")
@@ -441,11 +461,48 @@ def submit(
             raise CrucibleError(
                 f"{file} document {index + 1}: {where}: {first['msg']} (got {first.get('input')!r})"
             ) from exc
-        directory = code_directory(request.manifest.spec, code_dir)
+        if package is not None and request.manifest.spec.code_package is not None:
+            _bad_package(
+                f"{file} document {index + 1} names codePackage "
+                f"{request.manifest.spec.code_package} already; leave out --package or it"
+            )
+        source = package if package is not None and package.is_dir() else None
+        directory = code_directory(request.manifest.spec, code_dir or source)
         if directory not in captured:
             captured[directory] = provenance.capture(directory)
         requests.append(request.model_copy(update={"code": captured[directory]}))
+    packed = None
+    if package is not None:
+        if package_to is not None and not package_to.startswith(("s3://", "file:///")):
+            _bad_package(
+                f"--package-to must be s3://bucket/prefix or file:///path, not {package_to!r}"
+            )
+        if package_to is None and backend is Backend.kubernetes:
+            _bad_package(
+                "pods cannot read this machine's CRUCIBLE_HOME: give --package-to s3://bucket/"
+                "prefix (or a file:/// path on storage the pods mount)"
+            )
+        try:
+            packed = packages.load(package)
+        except PackageError as exc:
+            _bad_package(f"{exc}; nothing was registered")
     with client() as api:
+        if packed is not None and package is not None:
+            artifact = packages.register(
+                api,
+                packed,
+                project=project,
+                name=packages.package_name(package),
+                to=package_to,
+                home=load_settings().home,
+            )
+            console.print(
+                f"code package {artifact.name}: {packed.files} files, {artifact.digest}, "
+                f"registered as artifact {artifact.id}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            requests = [with_package(request, artifact) for request in requests]
         for request in requests:
             run = api.submit_run(request)
             console.print(
@@ -546,7 +603,13 @@ def runs_reproduce(
         current = None
         if run.backend == Backend.local.value and run.code is not None:
             directory = code_dir or reproduced_code_directory(run)
-            current = provenance.capture(directory) if directory.is_dir() else None
+            if run.code.package is not None and run.manifest["spec"].get("command"):
+                # The package is the command's code: only what is installed here counts.
+                current = CodeSource(
+                    directory=str(directory), packages=provenance.installed_packages()
+                )
+            elif directory.is_dir():
+                current = provenance.capture(directory)
         earlier = api.list_runs(project=project, tag=f"{REPRODUCES_TAG}={run.id}", limit=1000)
         number = len(earlier.items) + 1
         request = reproduction(
@@ -567,6 +630,26 @@ def runs_reproduce(
     console.print(f"run {run.id} reproduced as run {new.id} {new.name} ({new.phase})")
 
 
+def _bad_package(message: str) -> NoReturn:
+    """A --package that cannot be used: one line, and exit 2 (bad input), as for a bad
+    option."""
+    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    raise typer.Exit(2)
+
+
+def with_package(request: RunSubmit, artifact: ArtifactPublic) -> RunSubmit:
+    """`request` reading the code package `artifact`, pinned by id, its digest recorded."""
+    manifest = request.manifest
+    spec = manifest.spec.model_copy(update={"code_package": f"{ARTIFACT_SCHEME}{artifact.id}"})
+    code = request.code
+    if code is not None:
+        package = CodePackage(artifact_id=artifact.id, digest=artifact.digest)
+        code = code.model_copy(update={"package": package})
+    return request.model_copy(
+        update={"manifest": manifest.model_copy(update={"spec": spec}), "code": code}
+    )
+
+
 def describe_code(run: RunPublic) -> str:
     if run.code is None:
         return run.code_ref or "not recorded"
@@ -574,6 +657,9 @@ def describe_code(run: RunPublic) -> str:
     where = "not in git" if git is None else f"commit {git.commit} of {git.top}"
     if git is not None and git.dirty:
         where += f" with uncommitted changes {git.diff_digest}"
+    if run.code.package is not None:
+        package = run.code.package
+        where += f", code package artifact {package.artifact_id} {package.digest}"
     packages = ", ".join(f"{k} {v}" for k, v in sorted(run.code.packages.items()))
     return f"{run.code.directory}: {where}" + (f" ({packages})" if packages else "")
 

@@ -40,7 +40,7 @@ def reference_code_directory() -> Path:
 
 def capture(directory: Path) -> CodeSource:
     directory = directory.resolve()
-    packages = {"crucible": crucible.__version__}
+    packages = installed_packages()
     top = _git(directory, "rev-parse", "--show-toplevel")
     commit = _git(directory, "rev-parse", "--verify", "HEAD") if top is not None else None
     if top is None or commit is None:  # not a work tree, no git, or no commit yet
@@ -56,6 +56,11 @@ def capture(directory: Path) -> CodeSource:
             top=top.decode(),
         ),
     )
+
+
+def installed_packages() -> dict[str, str]:
+    """The versions a run's code record keeps of what is installed here."""
+    return {"crucible": crucible.__version__}
 
 
 def differences(recorded: CodeSource, current: CodeSource) -> list[str]:

@@ -1,7 +1,9 @@
 """`crucible runs reproduce`: the submission that runs a finished run again exactly, or the
 reason it cannot. Exactly means the spec as it was resolved (every `@latest`, `producedBy`
 and checkpoint-by-name replaced by the version the run read), the image digest its pods ran
-(Kubernetes), or the same commit and uncommitted changes of its code's directory (local).
+(Kubernetes), or the same commit and uncommitted changes of its code's directory (local). A
+code package (`codePackage`) is pinned by its artifact id; for a run with a command of its
+own, it stands for that directory.
 """
 
 import copy
@@ -76,6 +78,8 @@ def _pin_inputs(kind: str, spec: dict[str, Any], pinned: dict[str, Any]) -> None
     checkpoint = pinned.get("checkpoint")
     if pinned.get("artifacts") and spec.get("config") is not None:
         spec["config"] = pin_artifact_refs(spec["config"], pinned["artifacts"])
+    if pinned.get("artifacts") and spec.get("codePackage"):
+        spec["codePackage"] = pin_artifact_refs(spec["codePackage"], pinned["artifacts"])
     if kind == "train":
         spec["inputs"] = [
             _pinned_dataset(item, ref) for item, ref in _zip(spec, "inputs", datasets)
@@ -128,6 +132,13 @@ def _same_code(run: RunPublic, current: CodeSource | None) -> CodeSource | None:
         )
     if current is None:
         raise CannotReproduce(f"run {run.id}'s code directory {recorded.directory} is not here")
+    if recorded.package is not None and run.manifest["spec"].get("command"):
+        # The command's code is the package, which the spec pins by artifact id and every
+        # start checks by digest: only what is installed here must still match.
+        found = differences(recorded.model_copy(update={"git": None}), current)
+        if found:
+            raise CannotReproduce(f"run {run.id}'s code cannot be had here: " + "; ".join(found))
+        return recorded
     if recorded.git is None and run.manifest["spec"].get("command"):
         raise CannotReproduce(
             f"run {run.id}'s code in {recorded.directory} was not in a git work tree, so "

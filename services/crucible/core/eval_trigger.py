@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from crucible.core.access import SYSTEM
 from crucible.core.runs import parse_manifest, submit_run
 from crucible.db.tables import Checkpoint, Project, Run
+from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.domain.enums import Backend
 from crucible.domain.specs import API_VERSION, MAX_RUN_NAME, EvalPolicy, TrainingRunManifest
 from crucible.schemas.runs import RunSubmit
@@ -71,6 +72,14 @@ def eval_manifest(
     image = policy.image or spec.image
     if image is not None:
         eval_spec["image"] = image
+    if spec.working_dir is not None:  # where the run's code is: a suite's import path too
+        eval_spec["workingDir"] = spec.working_dir
+    if spec.code_package is not None:
+        # The package the run itself read, by id, so a newer one of the same name registered
+        # since does not score this run's checkpoints.
+        ref = spec.code_package.removeprefix(ARTIFACT_SCHEME)
+        pinned = (run.resolved_inputs or {}).get("artifacts", {}).get(ref)
+        eval_spec["codePackage"] = f"{ARTIFACT_SCHEME}{pinned}" if pinned else spec.code_package
     if policy.command:  # a team's own harness instead of the reference eval workload
         eval_spec["command"] = policy.command
         eval_spec["args"] = policy.args

@@ -1,6 +1,7 @@
 """Resolving a run's inputs before its first attempt: datasets, the checkpoint it starts
-from (TrainingRun `initFrom`, RolloutJob `policy.checkpoint`, EvalJob `checkpoint`), and the
-artifacts its config names (`artifact:<name>`, `domain/artifact_refs.py`).
+from (TrainingRun `initFrom`, RolloutJob `policy.checkpoint`, EvalJob `checkpoint`), the
+artifacts its config names (`artifact:<name>`, `domain/artifact_refs.py`) and its code
+package (`codePackage`, a `code` artifact named the same way).
 
 A reference to something that does not exist yet (`producedBy` a run still running,
 `name@latest` of a dataset nobody published) keeps the run WaitingForInputs; a producer that
@@ -20,8 +21,8 @@ from crucible.core.checkpoints import BestMode, best_live_checkpoint
 from crucible.core.runs import load_run, move_run, parse_manifest
 from crucible.db.tables import Artifact, Checkpoint, Dataset, DatasetVersion, OutboxMessage, Run
 from crucible.domain import reasons
-from crucible.domain.artifact_refs import artifact_refs
-from crucible.domain.enums import Phase, Role, RunKind
+from crucible.domain.artifact_refs import ARTIFACT_SCHEME, artifact_refs
+from crucible.domain.enums import ArtifactKind, Phase, Role, RunKind
 from crucible.domain.specs import (
     CheckpointRef,
     DatasetInput,
@@ -55,7 +56,7 @@ class _Resolved:
     datasets: list[DatasetVersion] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
     artifacts: dict[str, Artifact] = field(default_factory=dict)
-    """`artifact:<ref>` of the config -> the artifact pinned for it."""
+    """`artifact:<ref>` of the config or of codePackage -> the artifact pinned for it."""
 
 
 def resolve_inputs(*, session: Session, principal: Principal, run_id: int) -> InputsResolution:
@@ -150,6 +151,12 @@ def _resolve(session: Session, run: Run) -> _Resolved:
             resolved.artifacts[ref] = _artifact(session, run, ref)
         except _Waiting as exc:
             waiting.append(str(exc))
+    if manifest.spec.code_package is not None:
+        ref = manifest.spec.code_package.removeprefix(ARTIFACT_SCHEME)
+        try:
+            resolved.artifacts[ref] = _code_package(session, run, ref)
+        except _Waiting as exc:
+            waiting.append(str(exc))
     if waiting:
         raise _Waiting("; ".join(waiting))
     return resolved
@@ -188,13 +195,24 @@ def _dataset_version(session: Session, run: Run, item: DatasetInput) -> DatasetV
     return version
 
 
-def _artifact(session: Session, run: Run, ref: str) -> Artifact:
+def _code_package(session: Session, run: Run, ref: str) -> Artifact:
+    artifact = _artifact(session, run, ref, where="codePackage")
+    if artifact.kind != ArtifactKind.code.value:
+        raise _ProducerFailed(
+            f"codePackage `artifact:{ref}` is artifact {artifact.id} ({artifact.name}), a "
+            f"{artifact.kind} artifact, not a code package",
+            reasons.REASON_NOT_A_CODE_PACKAGE,
+        )
+    return artifact
+
+
+def _artifact(session: Session, run: Run, ref: str, where: str = "config") -> Artifact:
     """The artifact of id `ref`, or the newest named `ref`, in the run's project."""
     if ref.isdigit():
         artifact = session.get(Artifact, int(ref))
         if artifact is None or artifact.project_id != run.project_id:
             raise _ProducerFailed(
-                f"artifact {ref} (config `artifact:{ref}`) does not exist in this project",
+                f"artifact {ref} ({where} `artifact:{ref}`) does not exist in this project",
                 reasons.REASON_ARTIFACT_NOT_IN_PROJECT,
             )
         return artifact

@@ -79,6 +79,7 @@ class ArtifactKind(StrEnum):
 
     model = "model"  # a Hugging Face model directory exported from a checkpoint
     tokenizer = "tokenizer"  # a tokenizer directory, e.g. BPE trained on a dataset
+    code = "code"  # a team's Python code, one archive a run unpacks (artifacts/code_package.py)
 
 
 class LineageDirection(StrEnum):

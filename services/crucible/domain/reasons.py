@@ -28,6 +28,7 @@ REASON_PRODUCER_FAILED = "ProducerFailed"
 # initFrom names a checkpoint id that no run of the project wrote (or none at all)
 REASON_CHECKPOINT_NOT_IN_PROJECT = "CheckpointNotInProject"
 REASON_ARTIFACT_NOT_IN_PROJECT = "ArtifactNotInProject"  # config names `artifact:<id>` of none
+REASON_NOT_A_CODE_PACKAGE = "NotACodePackage"  # codePackage names an artifact of another kind
 REASON_CHECKPOINT_DELETED = "CheckpointDeleted"  # initFrom names one retention removed
 REASON_SUBMITTED = "Submitted"
 REASON_INVALID_SPEC = "InvalidSpec"

@@ -25,6 +25,8 @@ _IDENTIFIERS = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 CODE_REFERENCE = rf"^({_IDENTIFIERS}:{_IDENTIFIERS}|[A-Za-z0-9][A-Za-z0-9_.-]*)$"
 """A reward, eval suite or teacher: a built-in's name (`exact_match`) or an import path
 `package.module:attribute` to code in the workload's Python (docs/workloads.md)."""
+CODE_PACKAGE_REF = r"^artifact:([0-9]{1,18}|[A-Za-z0-9][A-Za-z0-9._-]{0,127})$"
+"""A code package: `artifact:` and an artifact's id or name (schemas.lineage.ArtifactName)."""
 
 
 class SpecModel(BaseModel):
@@ -279,6 +281,18 @@ class WorkloadSpec(SpecModel):
     env: Annotated[
         list[EnvVar], Field(description="Extra environment variables for the workload.")
     ] = Field(default_factory=list)
+    code_package: Annotated[
+        str | None,
+        Field(
+            pattern=CODE_PACKAGE_REF,
+            max_length=137,
+            description="The run's own Python code, a `code` artifact (`artifact:<name>`, the "
+            "newest of that name, or `artifact:<id>`; `crucible submit --package DIR` packs "
+            "and sets it): checked against its digest and unpacked read-only before the "
+            "workload starts, first on its PYTHONPATH, so import paths and `python -m` "
+            "commands find it without an image or a shared workingDir.",
+        ),
+    ] = None
     config: Annotated[
         JsonObject, Field(description="Free-form configuration handed to the workload.")
     ] = Field(default_factory=dict)

@@ -65,9 +65,11 @@ def build_env(
     gpus: list[int],
     resume_from: int | None,
     inputs: dict[str, Any] | None,
+    code_dir: Path | None = None,
 ) -> dict[str, str]:
     """The process environment: the caller's, plus the run's identity, API access, config,
-    spec and pinned inputs (the contract the SDK and the reference workloads read)."""
+    spec and pinned inputs (the contract the SDK and the reference workloads read), and the
+    unpacked code package first on PYTHONPATH."""
     env = dict(os.environ)
     env.pop("CRUCIBLE_RESUME_FROM", None)  # only this attempt's own, if any
     env.update(
@@ -87,8 +89,12 @@ def build_env(
             inputs=inputs,
             checkpoint_uri=(home / "runs" / str(run.id) / "checkpoints").as_uri(),
             termination_log=str(termination_log_path(home, run.id, attempt)),
+            code_dir=str(code_dir) if code_dir is not None else None,
         )
     )
+    inherited = os.environ.get("PYTHONPATH")
+    if code_dir is not None and inherited and env["PYTHONPATH"] == str(code_dir):
+        env["PYTHONPATH"] += os.pathsep + inherited  # the executor's own, as without a package
     return env
 
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from crucible.artifacts import code_package
 from crucible.client import ApiError, CrucibleClient
-from crucible.domain import reasons
+from crucible.client.code_packages import describe_code_package, find_code_package
+from crucible.domain import contract, reasons
 from crucible.domain.enums import AttemptReason, Backend, Phase
 from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.gpus import GpuPool
@@ -160,7 +162,11 @@ class LocalExecutor:
                     resolution = self._client.resolve_inputs(run.id)
                     if not resolution.ready:
                         continue  # waiting (the API moved it to WaitingForInputs) or failed
-                    inputs = {"datasets": resolution.datasets, "checkpoint": resolution.checkpoint}
+                    inputs = {
+                        "datasets": resolution.datasets,
+                        "checkpoint": resolution.checkpoint,
+                        "artifacts": resolution.artifacts,
+                    }
                 self._try_start(run, inputs)
 
     def _try_start(self, run: RunPublic, inputs: dict[str, Any]) -> None:
@@ -192,6 +198,16 @@ class LocalExecutor:
         path.parent.mkdir(parents=True, exist_ok=True)
         log_file = path.open("ab")
         try:
+            code_dir = self._code_dir(run, inputs)
+        except (code_package.PackageError, OSError) as exc:
+            log_file.write(f"crucible: {exc}\n".encode())
+            log_file.close()
+            self._gpus.give_back(gpus)
+            message = f"attempt {attempt.number} failed before it started: {exc}"
+            self._end_attempt(run.id, attempt.number, reasons.REASON_ERROR_EXIT, None, message)
+            self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)
+            return
+        try:
             process = subprocess.Popen(  # noqa: S603 - the command is the user's own spec
                 command,
                 env=build_env(
@@ -203,6 +219,7 @@ class LocalExecutor:
                     gpus=gpus,
                     resume_from=resume_from,
                     inputs=inputs,
+                    code_dir=code_dir,
                 ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -226,6 +243,22 @@ class LocalExecutor:
             return
         self._active[run.id] = ActiveAttempt(run.id, attempt.number, process, gpus, log_file)
         self._report(run.id, Phase.Running, "", f"attempt {attempt.number}, pid {process.pid}")
+
+    def _code_dir(self, run: RunPublic, inputs: dict[str, Any]) -> Path | None:
+        """The run's code package, checked and unpacked under CRUCIBLE_HOME/code (once per
+        archive, checked again each attempt); None for a run without one."""
+        spec = run.manifest.get("spec", {})
+        artifact_id = contract.code_package_id(spec, inputs)
+        if artifact_id is None:
+            if spec.get("codePackage"):
+                raise code_package.PackageError(
+                    f"codePackage {spec['codePackage']} was not pinned to an artifact"
+                )
+            return None
+        artifact = find_code_package(self._client, artifact_id)
+        return code_package.fetch_cached(
+            artifact.uri, artifact.digest, self._home / "code", what=describe_code_package(artifact)
+        )
 
     @staticmethod
     def _next_attempt_origin(run: RunPublic) -> tuple[AttemptReason, int | None]:

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from crucible.schemas.common import PLAIN_NAME, ApiModel
+from crucible.schemas.common import PLAIN_NAME, ApiModel, Id
 
 # SHA-1 or SHA-256 object names, as git prints them.
 COMMIT = r"^[0-9a-f]{40}([0-9a-f]{24})?$"
@@ -31,6 +31,17 @@ class GitState(ApiModel):
     top: Path = Field(description="The work tree's top directory on the submitting machine.")
 
 
+class CodePackage(ApiModel):
+    """The code package a run reads (spec.codePackage), as `crucible submit --package` made it."""
+
+    artifact_id: Id = Field(description="Its `code` artifact.")
+    digest: str = Field(
+        pattern=SHA256,
+        description="sha256 of its archive, which every start of the run checks before it "
+        "unpacks it.",
+    )
+
+
 class CodeSource(ApiModel):
     """Recorded at submission by `crucible submit` (or any client that sets it)."""
 
@@ -42,6 +53,11 @@ class CodeSource(ApiModel):
     )
     git: GitState | None = Field(
         default=None, description="Its git state; null when it is not in a git work tree."
+    )
+    package: CodePackage | None = Field(
+        default=None,
+        description="The code package the run reads, packed from that directory or beside "
+        "the reference workloads' code; null without one.",
     )
 
 

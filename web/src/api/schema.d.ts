@@ -978,7 +978,7 @@ export interface components {
          * @description What a registered artifact is.
          * @enum {string}
          */
-        ArtifactKind: "model" | "tokenizer";
+        ArtifactKind: "model" | "tokenizer" | "code";
         /** ArtifactPublic */
         ArtifactPublic: {
             /**
@@ -1349,6 +1349,22 @@ export interface components {
             waiting: components["schemas"]["WaitingRun"][];
         };
         /**
+         * CodePackage
+         * @description The code package a run reads (spec.codePackage), as `crucible submit --package` made it.
+         */
+        CodePackage: {
+            /**
+             * Artifact Id
+             * @description Its `code` artifact.
+             */
+            artifact_id: number;
+            /**
+             * Digest
+             * @description sha256 of its archive, which every start of the run checks before it unpacks it.
+             */
+            digest: string;
+        };
+        /**
          * CodeSource
          * @description Recorded at submission by `crucible submit` (or any client that sets it).
          */
@@ -1360,6 +1376,8 @@ export interface components {
             directory: string;
             /** @description Its git state; null when it is not in a git work tree. */
             git?: components["schemas"]["GitState"] | null;
+            /** @description The code package the run reads, packed from that directory or beside the reference workloads' code; null without one. */
+            package?: components["schemas"]["CodePackage"] | null;
             /**
              * Packages
              * @description Versions installed where it was submitted (crucible's, at least).
@@ -1564,6 +1582,11 @@ export interface components {
             args?: string[];
             /** @description The checkpoint to evaluate. */
             checkpoint: components["schemas"]["CheckpointRef"];
+            /**
+             * Codepackage
+             * @description The run's own Python code, a `code` artifact (`artifact:<name>`, the newest of that name, or `artifact:<id>`; `crucible submit --package DIR` packs and sets it): checked against its digest and unpacked read-only before the workload starts, first on its PYTHONPATH, so import paths and `python -m` commands find it without an image or a shared workingDir.
+             */
+            codePackage?: string | null;
             /**
              * Command
              * @description Entrypoint; default: the reference workload for the kind.
@@ -2433,6 +2456,11 @@ export interface components {
              */
             args?: string[];
             /**
+             * Codepackage
+             * @description The run's own Python code, a `code` artifact (`artifact:<name>`, the newest of that name, or `artifact:<id>`; `crucible submit --package DIR` packs and sets it): checked against its digest and unpacked read-only before the workload starts, first on its PYTHONPATH, so import paths and `python -m` commands find it without an image or a shared workingDir.
+             */
+            codePackage?: string | null;
+            /**
              * Command
              * @description Entrypoint; default: the reference workload for the kind.
              */
@@ -2945,6 +2973,11 @@ export interface components {
             args?: string[];
             /** @description Checkpoint interval, retention and storage. */
             checkpoints?: components["schemas"]["CheckpointPolicy"];
+            /**
+             * Codepackage
+             * @description The run's own Python code, a `code` artifact (`artifact:<name>`, the newest of that name, or `artifact:<id>`; `crucible submit --package DIR` packs and sets it): checked against its digest and unpacked read-only before the workload starts, first on its PYTHONPATH, so import paths and `python -m` commands find it without an image or a shared workingDir.
+             */
+            codePackage?: string | null;
             /**
              * Command
              * @description Entrypoint; default: the reference workload for the kind.
