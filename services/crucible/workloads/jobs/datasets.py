@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("crucible.workloads")
 
+READ_BLOCK = 1024
+"""Records `read_records` reads at a time (for Parquet, the row groups that hold them)."""
+
 
 @dataclass(frozen=True)
 class InputFiles:
@@ -45,21 +48,21 @@ def input_files(run: "Run", refs: Sequence[str]) -> InputFiles:
 
 
 def read_records(run: "Run", refs: Sequence[str]) -> list[dict[str, Any]]:
-    """Every record of the input datasets (JSONL files, or directories of them), in order;
-    each dataset is resolved and digest-checked by the SDK and recorded as an input."""
-    from crucible.workloads.records import read_jsonl
+    """Every record of the input datasets (JSONL and Parquet files, or directories of them),
+    in order; each dataset is resolved and digest-checked by the SDK and recorded as an
+    input."""
+    from crucible.workloads.records import DataError, FileRecords, data_files, in_file_order
 
     records: list[dict[str, Any]] = []
     for ref in refs:
         dataset = run.input_dataset(ref)
         path = dataset.path
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*.jsonl"))
-        if not files:
-            raise ConfigError(f"dataset {dataset.version.ref} has no .jsonl files under {path}")
-        before = len(records)
-        for file in files:
-            records.extend(read_jsonl(file))
-        log.info("dataset %s: %d records from %s", dataset.version.ref, len(records) - before, path)
+        try:
+            found = list(in_file_order(FileRecords(data_files(path), block_size=READ_BLOCK)))
+        except DataError as exc:
+            raise ConfigError(f"dataset {dataset.version.ref}: {exc}") from None
+        records.extend(found)
+        log.info("dataset %s: %d records from %s", dataset.version.ref, len(found), path)
     return records
 
 
