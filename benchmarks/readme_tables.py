@@ -116,8 +116,18 @@ HF_SPEEDUP_BATCH_1 = 20.0
 # --- rows --------------------------------------------------------------------------------
 
 
+class _OneLine:
+    """A row that is one line of its table."""
+
+    def cells(self, v: Values) -> list[str]:
+        raise NotImplementedError
+
+    def lines(self, v: Values) -> list[list[str]]:
+        return [self.cells(v)]
+
+
 @dataclass(frozen=True)
-class TargetRow:
+class TargetRow(_OneLine):
     """A row of `| what | target | measured | |`."""
 
     label: str
@@ -130,12 +140,9 @@ class TargetRow:
     def cells(self, v: Values) -> list[str]:
         return [self.label, _cell(self.target, v), self.measured(v), self.status(v)]
 
-    def lines(self, v: Values) -> list[list[str]]:
-        return [self.cells(v)]
-
 
 @dataclass(frozen=True)
-class ComparisonRow:
+class ComparisonRow(_OneLine):
     """A row of `| what | Crucible | the alternative | Crucible vs it |`."""
 
     label: str
@@ -147,9 +154,6 @@ class ComparisonRow:
 
     def cells(self, v: Values) -> list[str]:
         return [self.label, self.ours(v), self.theirs(v), self.status(v)]
-
-    def lines(self, v: Values) -> list[list[str]]:
-        return [self.cells(v)]
 
 
 @dataclass(frozen=True)

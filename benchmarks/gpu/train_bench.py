@@ -23,6 +23,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,11 +263,14 @@ def alternate(
     settle: int,
     lr: float,
     corpus: Tensor,
+    on_round: Callable[[dict[str, Any]], None] = lambda group: None,
 ) -> dict[str, Any]:
     """The runs of `group` built side by side on one GPU and timed in turns (A, B, A, B, ...),
     `samples` windows of `steps` steps each, so that every run sees the same machine state.
     Each window follows `settle` untimed steps, after the memory the other runs' activations
-    held is given back: the caching allocator would otherwise hand it out mid-window."""
+    held is given back: the caching allocator would otherwise hand it out mid-window.
+    `on_round` gets the group's summary so far after every round, so that a run cut short
+    keeps the samples it took."""
     # Each run compiles as it would alone: a second model through the same compiled loss
     # must not turn the first one's static shapes dynamic.
     with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
@@ -300,6 +304,24 @@ def alternate(
                         ),
                         flush=True,
                     )
+            on_round(summarize(trainers, per_run, warmup_s, peaks, steps, warmup, settle))
+    summary = summarize(trainers, per_run, warmup_s, peaks, steps, warmup, settle)
+    device = trainers[0].device
+    del trainers, trainer
+    release_compiled(device)
+    return summary
+
+
+def summarize(
+    trainers: list[Trainer],
+    per_run: list[list[float]],
+    warmup_s: list[float],
+    peaks: list[float],
+    steps: int,
+    warmup: int,
+    settle: int,
+) -> dict[str, Any]:
+    """A group's runs and their ratios to the first, from the samples taken so far."""
     runs = []
     for trainer, values, compile_s, peak in zip(trainers, per_run, warmup_s, peaks, strict=True):
         median = statistics.median(values)
@@ -331,9 +353,6 @@ def alternate(
             "per_round_min": round(min(rounds), 3),
             "per_round_max": round(max(rounds), 3),
         }
-    device = trainers[0].device
-    del trainers, trainer
-    release_compiled(device)
     return {"runs": runs, "ratios": ratios}
 
 
@@ -452,6 +471,16 @@ def main() -> None:
         corpus = byte_corpus(4 * 2**20 * 4)
         groups: list[dict[str, Any]] = []
         payload = {"mode": "alternate", "groups": groups}
+
+        def write_with(partial: dict[str, Any]) -> None:
+            # Written after every round, so that a run cut short keeps what it measured.
+            if rank == 0:
+                so_far = [*groups, partial]
+                write_result(
+                    out_dir() / args.out,
+                    {"mode": "alternate", "groups": so_far, **best_by_precision(so_far)},
+                )
+
         for text in args.groups:
             group = alternate(
                 [RunSpec.parse(r) for r in text.split(",")],
@@ -461,13 +490,12 @@ def main() -> None:
                 settle=args.settle,
                 lr=args.lr,
                 corpus=corpus,
+                on_round=write_with,
             )
             groups.append(group)
             payload = {"mode": "alternate", "groups": groups, **best_by_precision(groups)}
             if rank == 0:
                 print(json.dumps(group), flush=True)
-                # Written after every group, so that a run cut short keeps what it measured.
-                write_result(out_dir() / args.out, payload)
     else:
         spec = RunSpec(args.preset, args.precision, args.micro_batch)
         tokens = (

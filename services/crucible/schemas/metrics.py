@@ -19,6 +19,13 @@ LATEST_TIME = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 KEY_PATTERN = f"^[^,{HIDDEN_IN_NAMES}]+$"
 
 
+MetricKey = Annotated[str, Field(min_length=1, max_length=250, pattern=KEY_PATTERN)]
+FiniteValue = Annotated[float, Field(allow_inf_nan=False)]
+StepOfPoint = Annotated[Step, Field(description="Training step; one value per key and step.")]
+# Seconds since the epoch, optional; the description says which values it times.
+MetricTime = Annotated[float | None, Field(allow_inf_nan=False, ge=EARLIEST_TIME, le=LATEST_TIME)]
+
+
 # A TypedDict rather than a model: pydantic validates a 10,000-point batch about twice as
 # fast when it need not build an object per point.
 @with_config(ConfigDict(extra="forbid"))
@@ -26,35 +33,22 @@ class MetricPointIn(TypedDict):
     """One value of one metric at one step."""
 
     key: Annotated[
-        str,
-        Field(
-            min_length=1,
-            max_length=250,
-            pattern=KEY_PATTERN,
-            description="The metric's name, e.g. `train/loss`; no commas or control characters.",
-        ),
+        MetricKey,
+        Field(description="The metric's name, e.g. `train/loss`; no commas or control characters."),
     ]
-    step: Annotated[Step, Field(description="Training step; one value per key and step.")]
+    step: StepOfPoint
     value: Annotated[
-        float,
-        Field(allow_inf_nan=False, description="A finite number; NaN and infinities are refused."),
+        FiniteValue, Field(description="A finite number; NaN and infinities are refused.")
     ]
     time: NotRequired[
         Annotated[
-            float | None,
+            MetricTime,
             Field(
-                allow_inf_nan=False,
-                ge=EARLIEST_TIME,
-                le=LATEST_TIME,
                 description="Seconds since the epoch, between 2000 and 2100; default: when the "
-                "server receives it.",
+                "server receives it."
             ),
         ]
     ]
-
-
-MetricKey = Annotated[str, Field(min_length=1, max_length=250, pattern=KEY_PATTERN)]
-FiniteValue = Annotated[float, Field(allow_inf_nan=False)]
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -62,19 +56,16 @@ class MetricRowIn(TypedDict):
     """The values of several metrics at one step: what one `run.log(values, step=...)` call
     logged. The SDK sends these: a row of 20 metrics is one object instead of 20."""
 
-    step: Annotated[Step, Field(description="Training step; one value per key and step.")]
+    step: StepOfPoint
     values: Annotated[
         dict[MetricKey, FiniteValue],
         Field(description="Metric name -> a finite number, as in `points`."),
     ]
     time: NotRequired[
         Annotated[
-            float | None,
+            MetricTime,
             Field(
-                allow_inf_nan=False,
-                ge=EARLIEST_TIME,
-                le=LATEST_TIME,
-                description="Seconds since the epoch for every value of the row, as in `points`.",
+                description="Seconds since the epoch for every value of the row, as in `points`."
             ),
         ]
     ]
