@@ -53,6 +53,9 @@ class Termination:
     exit_code: int
     reason: str  # Completed, Error, OOMKilled, ...
     message: str = ""  # what the workload wrote to its termination log
+    # RFC 3339 in UTC as the kubelet writes it ("2026-12-02T20:39:15Z"), so these sort in
+    # time order as strings; "" when the status has none.
+    finished_at: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ def _terminations(statuses: list[Mapping[str, Any]]) -> list[Termination]:
             int(terminated.get("exitCode", 0)),
             terminated.get("reason") or "",
             (terminated.get("message") or "").strip(),
+            terminated.get("finishedAt") or "",
         )
         for cs in statuses
         if (terminated := (cs.get("state") or {}).get("terminated"))

@@ -83,6 +83,13 @@ def _interruption(pod: PodFacts, nodes: Mapping[str, NodeFacts]) -> Outcome | No
     return None
 
 
+def _finished(pod: PodFacts) -> str:
+    """When the pod's first failing container ended (an init container that completed is no
+    failure); after every time when the status gives none."""
+    ended = [t.finished_at for t in pod.terminations if t.finished_at and t.exit_code != 0]
+    return min(ended) if ended else "~"  # "~" sorts after any RFC 3339 time
+
+
 def _exit(pod: PodFacts) -> int | None:
     codes = [t.exit_code for t in pod.terminations]
     return next((c for c in codes if c != 0), codes[0] if codes else None)
@@ -135,7 +142,13 @@ def judge(
     interruptions = [o for p in by_rank if (o := _interruption(p, nodes)) is not None]
     if interruptions:
         return interruptions[0]
-    failures = [o for p in by_rank if (o := _failure(p)) is not None]
+    # The pod that failed first is the cause: once one rank dies, its peers fail too, on
+    # the broken collective (a gloo "Connection closed by peer"), and say nothing of why.
+    failed = sorted(
+        ((o, p) for p in by_rank if (o := _failure(p)) is not None),
+        key=lambda found: (_finished(found[1]), found[1].rank),
+    )
+    failures = [o for o, _ in failed]
     oom = [o for o in failures if o.reason == reasons.REASON_OOM_KILLED]
     if oom or failures:
         return (oom or failures)[0]

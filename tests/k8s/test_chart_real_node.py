@@ -126,6 +126,21 @@ class Release(ControlPlane):
         return "\n".join(tails)
 
 
+def failed_pod_logs(pods: list[dict[str, Any]]) -> str:
+    """The end of each failed pod's log, without the lines every pod repeats: what says which
+    rank failed first and why (short lines, so that a report folding long ones keeps them)."""
+    noise = ("botocore", "warnings.warn", "fsync not supported", "frame #")
+    out = []
+    for pod in pods:
+        if pod["status"].get("phase") != "Failed":
+            continue
+        name = pod["metadata"]["name"]
+        text = h.kubectl("logs", name, "--tail=400", namespace=PROJECT, check=False)
+        kept = [line[:300] for line in text.splitlines() if not any(n in line for n in noise)]
+        out.append(f"--- {name}\n" + "\n".join(kept[-40:]))
+    return "\n".join(out)
+
+
 @pytest.fixture(scope="module")
 def release(cluster: h.Cluster, host_ip: str) -> Iterator[Release]:
     remove_release()  # a release left by an interrupted session
@@ -214,7 +229,7 @@ def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoi
     assert sorted(p["metadata"]["name"] for p in pods) == [
         "multinode-sft-a1-0",
         "multinode-sft-a1-1",
-    ], (attempts, release.logs())
+    ], "\n".join([*map(str, attempts), failed_pod_logs(pods), release.logs()])
     assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
     # Rank 1 found rank 0 by its DNS name (the headless Service), as torchrun's MASTER_ADDR.
     follower = next(p for p in pods if p["metadata"]["name"].endswith("-1"))

@@ -147,6 +147,25 @@ def test_an_interruption_outranks_the_crashes_it_caused() -> None:
     assert "dead" in verdict.message
 
 
+def test_the_pod_that_failed_first_is_the_cause_whatever_its_rank() -> None:
+    """Rank 1 dies; rank 0 then fails on the collective it was in. The attempt's message is
+    rank 1's, with its own words, not the peer's gloo error."""
+    cause = Termination(1, "Error", "ValueError: bad batch", "2026-12-02T20:39:10Z")
+    echo = Termination(
+        1, "Error", "RuntimeError: Connection closed by peer", "2026-12-02T20:39:15Z"
+    )
+    fetched = Termination(0, "Completed", "", "2026-12-02T20:30:00Z")  # an init container
+    peer = pod(0, phase="Failed", terminations=(fetched, echo))
+    first = pod(1, phase="Failed", terminations=(cause,))
+    verdict = outcome.judge([peer, first], 2, NODES, started=True)
+    assert verdict.message.startswith(f"pod {first.name} failed with exit code 1: ValueError")
+    # Without times, the lower rank is named, as before.
+    untimed = [pod(r, phase="Failed", terminations=(Termination(1, "Error"),)) for r in (1, 0)]
+    assert outcome.judge(untimed, 2, NODES, started=True).message.startswith(
+        f"pod {untimed[1].name} "
+    )
+
+
 def test_the_exit_code_comes_from_the_failing_container() -> None:
     failed = pod(0, phase="Failed", terminations=(Termination(0, "Completed"), Termination(3, "E")))
     assert outcome.judge([failed], 1, NODES, started=True).exit_code == 3
