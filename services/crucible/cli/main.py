@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 from rich.markup import escape
 
+from crucible.cli.artifacts import artifacts_app
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import datasets_app
 from crucible.cli.logs import follow_log
@@ -41,6 +42,7 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(checkpoints_app, name="checkpoints")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(tokenizers_app, name="tokenizers")
+app.add_typer(artifacts_app, name="artifacts")
 
 
 @app.command()

@@ -146,3 +146,19 @@ def _download_verified(artifact: ArtifactPublic, path: Path) -> None:
 def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     path.unlink(missing_ok=True)
+
+
+def copy_verified(artifact: ArtifactPublic, target: Path) -> None:
+    """Copy the artifact's file or directory (`file://` or object storage) to `target`, which
+    must not exist, checked against its registered digest. The copy is written beside
+    `target` and renamed into place only once it matches, so a failure (files missing or
+    changed, storage unreachable) leaves nothing at `target`."""
+    try:
+        _download_verified(artifact, target)
+    except (ArtifactCorrupt, remote.StorageUnavailable):
+        raise
+    except Exception as exc:  # fsspec and botocore raise many kinds; all mean "not read"
+        raise remote.StorageUnavailable(
+            f"artifact {artifact.id} ({artifact.name}) could not be read from {artifact.uri}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
