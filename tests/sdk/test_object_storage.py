@@ -1,6 +1,8 @@
 """Checkpoints and datasets on the test stack's real S3 server (SeaweedFS) through the SDK,
 and recovery's check of what is there: the path a pod without a shared volume takes."""
 
+import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,22 @@ def test_a_dataset_published_to_s3_is_read_back_verified_by_the_next_run(
     assert version.digest in str(refused.value) and version.uri in str(refused.value)
     consumer.finish()
     fresh.finish()
+
+
+def test_a_large_object_downloads_in_bounded_memory(s3: ObjectStore, tmp_path: Path) -> None:
+    """An object of 120 MiB (over s3fs's 50 MiB block, where it fetches ranges concurrently
+    and holds them) comes down as one stream: the Python heap peaks far below its size."""
+    source = tmp_path / "large.bin"
+    with source.open("wb") as out:
+        for _ in range(120):
+            out.write(os.urandom(2**20))
+    uri = f"{s3.prefix('large')}/large.bin"
+    remote.upload(source, uri)
+    tracemalloc.start()
+    try:
+        remote.download(uri, tmp_path / "copy.bin")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert content_of(tmp_path / "copy.bin").digest == content_of(source).digest
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB of Python memory"

@@ -3,8 +3,9 @@
 A dataset is cut into blocks of `block_size` consecutive records. Each epoch visits the
 blocks in a permutation of its own and the records of a block in a permutation of their
 own, both drawn from (seed, epoch, ...). Only one block is in memory at a time (for
-Parquet, the row groups that hold it), so memory is bounded by the block, not the dataset,
-and the position (epoch, block, record) is the whole state: a restored stream continues
+Parquet, the row groups that hold it, and recently read row groups up to
+ROW_GROUP_CACHE_BYTES in Arrow's columns), so memory is bounded by a buffer, not the
+dataset, and the position (epoch, block, record) is the whole state: a restored stream continues
 with exactly the records an uninterrupted one would have produced.
 
 Opening the files makes one pass over them: it counts the records, notes where each block
@@ -15,14 +16,23 @@ record fails here, naming the file, the record and the field, before any trainin
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 DATA_SUFFIXES = (".jsonl", ".parquet")
+
+ROW_GROUP_CACHE_BYTES = 256 * 2**20
+"""Decoded Parquet row groups kept for the blocks that follow. A block is a slice of a row
+group, and a file written with pyarrow's defaults is one row group: without the cache every
+block decoded the whole file again, a pass quadratic in the file's size."""
 
 Record = dict[str, Any]
 RecordCheck = Callable[[Record, str], None]
@@ -80,6 +90,7 @@ class FileRecords:
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1: {block_size}")
         self.block_size = block_size
+        self._row_groups: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._files: list[_FileBlocks] = []
         self._block_file: list[int] = []
         for path in files:
@@ -100,8 +111,43 @@ class FileRecords:
         start = local * self.block_size
         count = min(self.block_size, blocks.num_records - start)
         if blocks.path.suffix == ".parquet":
-            return _parquet_rows(blocks, start, count)
+            return self._parquet_rows(blocks, start, count)
         return _jsonl_records(blocks.path, blocks.offsets[local], count)
+
+    def _parquet_rows(self, blocks: _FileBlocks, start: int, count: int) -> list[Record]:
+        import pyarrow as pa
+
+        groups: list[int] = []
+        group_start = 0
+        first_row = 0
+        for group, rows in enumerate(blocks.row_groups):
+            if group_start + rows > start and group_start < start + count:
+                if not groups:
+                    first_row = start - group_start
+                groups.append(group)
+            group_start += rows
+        table = pa.concat_tables([self._row_group(blocks.path, g) for g in groups])
+        rows_out: list[Record] = table.slice(first_row, count).to_pylist()
+        return rows_out
+
+    def _row_group(self, path: Path, group: int) -> pa.Table:
+        """Row group `group` of `path`, decoded once while it stays among the most recently
+        used within ROW_GROUP_CACHE_BYTES (always at least the one asked for)."""
+        import pyarrow.parquet as pq
+
+        key = (path, group)
+        table = self._row_groups.get(key)
+        if table is not None:
+            self._row_groups.move_to_end(key)
+            return table
+        table = pq.ParquetFile(path).read_row_group(group)
+        self._row_groups[key] = table
+        while len(self._row_groups) > 1 and self._cached_bytes() > ROW_GROUP_CACHE_BYTES:
+            self._row_groups.popitem(last=False)
+        return table
+
+    def _cached_bytes(self) -> int:
+        return sum(table.nbytes for table in self._row_groups.values())
 
     def _index(self, path: Path, first_block: int, check: RecordCheck | None) -> _FileBlocks:
         if path.suffix == ".parquet":
@@ -315,25 +361,6 @@ def _index_parquet(
                 number += 1
                 check(record, f"{path} record {number}")
     return blocks
-
-
-def _parquet_rows(blocks: _FileBlocks, start: int, count: int) -> list[Record]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    parquet = pq.ParquetFile(blocks.path)
-    groups: list[int] = []
-    group_start = 0
-    first_row = 0
-    for group, rows in enumerate(blocks.row_groups):
-        if group_start + rows > start and group_start < start + count:
-            if not groups:
-                first_row = start - group_start
-            groups.append(group)
-        group_start += rows
-    table = pa.concat_tables([parquet.read_row_group(g) for g in groups])
-    rows_out: list[Record] = table.slice(first_row, count).to_pylist()
-    return rows_out
 
 
 def _ceil_div(a: int, b: int) -> int:
