@@ -9,6 +9,7 @@ import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,6 +125,26 @@ def test_unpacked_files_are_read_only_and_keep_their_execute_bit(tmp_path: Path)
     assert stat.S_IMODE((into / "team_pkg").stat().st_mode) == 0o555
     with pytest.raises(PackageError, match="not empty"):
         code_package.unpack(packed.data, into, what="test")
+
+
+def test_a_python_without_tarfiles_filters_unpacks_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian 12's Python 3.11.2, the workload image's, predates `extractall(filter=...)`."""
+    packed = code_package.pack(tree(tmp_path / "pkg"))
+    monkeypatch.delattr(tarfile, "data_filter")
+    real = tarfile.TarFile.extractall
+
+    def old_extractall(self: tarfile.TarFile, path: Path, members: Any = None) -> None:
+        real(self, path, members=members)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", old_extractall)
+    into = tmp_path / "out"
+    code_package.unpack(packed.data, into, what="test")
+    assert (into / "team_pkg" / "reward.py").read_bytes() == (
+        tmp_path / "pkg" / "team_pkg" / "reward.py"
+    ).read_bytes()
+    assert stat.S_IMODE((into / "team_pkg" / "reward.py").stat().st_mode) == 0o444
 
 
 def archive(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:

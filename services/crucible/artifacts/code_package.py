@@ -122,9 +122,14 @@ def unpack(data: bytes, into: Path, *, what: str) -> None:
         into.mkdir(parents=True, exist_ok=True)
         if any(into.iterdir()):
             raise PackageError(f"cannot unpack {what} into {into}: it is not empty")
+        # tarfile's own `data` filter checks the same escapes again as it writes. It came in
+        # Python 3.11.4; Debian 12's 3.11.2 (the workload image's) lacks it, and every member
+        # passed `_members` either way.
         try:
-            # tarfile's own `data` filter checks the same escapes again as it writes.
-            tar.extractall(into, members=members, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(into, members=members, filter="data")
+            else:
+                tar.extractall(into, members=members)  # noqa: S202 - checked above
         except tarfile.TarError as exc:
             raise PackageError(f"{what} cannot be unpacked: {exc}") from None
     _make_read_only(into)
