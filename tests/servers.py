@@ -27,12 +27,13 @@ class LocalServer:
 
 
 def crucible(
-    env: dict[str, str], *args: str, timeout: float = 60
+    env: dict[str, str], *args: str, timeout: float = 60, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `crucible` CLI as a user would, in `env` (see LocalServer.env)."""
+    """Run the `crucible` CLI as a user would, in `env` (see LocalServer.env), from `cwd`."""
     return subprocess.run(
         [sys.executable, "-m", "crucible", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,

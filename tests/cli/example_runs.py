@@ -2,7 +2,7 @@
 every run it makes (those submitted and the evals they trigger) has ended, each Succeeded."""
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +21,19 @@ class ExampleRuns:
 
 @contextmanager
 def example_succeeds(
-    tmp_path: Path, example: Path, *, runs: int, timeout: float
+    tmp_path: Path,
+    example: Path,
+    *,
+    runs: int,
+    timeout: float,
+    submit_args: Sequence[str] = (),
+    cwd: Path | None = None,
 ) -> Iterator[ExampleRuns]:
-    """Submit `example` to a fresh `crucible up`, wait up to `timeout` s for at least `runs`
-    runs, all ended, and check each Succeeded; yields the API and the runs by name."""
+    """Submit `example` (with `submit_args`, from `cwd`) to a fresh `crucible up`, wait up to
+    `timeout` s for at least `runs` runs, all ended, and check each Succeeded; yields the API
+    and the runs by name."""
     with local_server(tmp_path, command="up") as server:
-        submitted = crucible(server.env, "submit", str(example))
+        submitted = crucible(server.env, "submit", str(example), *submit_args, cwd=cwd)
         assert submitted.returncode == 0, submitted.stderr
         with CrucibleClient(server.url, server.token) as api:
             deadline = time.monotonic() + timeout

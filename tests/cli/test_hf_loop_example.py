@@ -24,6 +24,7 @@ REPO = Path(__file__).parents[2]
 EXAMPLE = REPO / "examples" / "hf-loop" / "loop.yaml"
 DOCS = REPO / "docs" / "workloads.md"
 DOCS_SECTION = "A Hugging Face model and a Parquet dataset through the loop"
+TEAM_CODE = "examples/team-code"
 TEAM_SUITE = "team_loop.code:likelihood_suite"
 TEAM_METRICS = {"logprob_reference", "logprob_doubled", "generated_chars", "checkpoint_step"}
 
@@ -72,7 +73,9 @@ def test_the_hf_loop_example_runs_to_an_exported_model_with_lineage(tmp_path: Pa
     started = time.monotonic()
     setup, inspect = header_blocks()
     *prepare, submit = setup
-    assert submit == "crucible submit hf-loop.yaml", "the harness submits the example itself"
+    assert submit == f"crucible submit {EXAMPLE.relative_to(REPO)} --package {TEAM_CODE}", (
+        "the harness submits the example itself, with these arguments"
+    )
     # The user's checkout: the examples as they are, whatever is written goes to tmp_path.
     work = tmp_path / "checkout"
     work.mkdir()
@@ -82,7 +85,14 @@ def test_the_hf_loop_example_runs_to_an_exported_model_with_lineage(tmp_path: Pa
         with CrucibleClient(server.url, server.token) as api:
             (arith,) = api.list_datasets("default").items
     # 3 submitted + an EvalJob per suite for each of 2 SFT and 1 RL checkpoints
-    with example_succeeds(tmp_path, work / "hf-loop.yaml", runs=7, timeout=600) as done:
+    with example_succeeds(
+        tmp_path,
+        EXAMPLE.relative_to(REPO),
+        runs=7,
+        timeout=600,
+        submit_args=["--package", TEAM_CODE],
+        cwd=work,
+    ) as done:
         api, by_name = done.api, done.by_name
         (parquet,) = api.list_dataset_versions(arith.id).items
         assert (parquet.ref, parquet.schema_["format"]) == ("hf-arith@1", "parquet")
@@ -102,22 +112,31 @@ def test_the_hf_loop_example_runs_to_an_exported_model_with_lineage(tmp_path: Pa
         assert 0 < held_out.scores["accuracy"] <= 1 and held_out.scores["num_problems"] == 20
 
         models = {a.name: a for a in api.list_artifacts("default", kind="model").items}
-        assert set(models) == {"hf-sft-step100-hf", "hf-rl-step8-hf"}
+        assert set(models) == {"hf-model", "hf-sft-step100-hf", "hf-rl-step8-hf"}
         assert all(Path(urlparse(m.uri).path).is_dir() for m in models.values()), models
         exported = models["hf-rl-step8-hf"]
         assert [(s.type, s.id) for s in exported.sources] == [("checkpoint", rl[0].id)]
+        (model,) = api.list_artifacts("default", name="hf-model").items
+        (package,) = api.list_artifacts("default", kind="code").items
         upstream = api.lineage("artifact", exported.id, "upstream", depth=10)
         nodes = {(n["type"], n["id"]) for n in upstream["nodes"]}
-        assert {("checkpoint", sft[-1].id), ("dataset_version", parquet.id)} <= nodes, nodes
+        # Back to the data, the registered model directory (and its tokenizer) and the code.
+        assert {
+            ("checkpoint", sft[-1].id),
+            ("dataset_version", parquet.id),
+            ("artifact", model.id),
+            ("artifact", package.id),
+        } <= nodes, nodes
         # The ids the header's commands name, as a fresh `crucible up` gives them.
-        assert (by_name["hf-rl"].id, exported.id) == (3, 2)
+        assert (by_name["hf-rl"].id, exported.id) == (3, 4)
     scores_as_the_checkpoint(Path(urlparse(exported.uri).path), team[rl[0].id])
 
     with local_server(tmp_path) as server:  # the API again, for the header's last commands
         shown = run_block(inspect, work, server.env | {"COLUMNS": "200"})  # no wrapped cells
     assert f"registered model artifact {exported.id} (hf-rl-step8-hf" in shown
     assert "hf-arith@1" in shown and "hf-sft" in shown, shown
-    print(f"\nhf loop example: {time.monotonic() - started:.0f} s (pytest -s shows this)")
+    # What docs/workloads.md shows of these commands' output (pytest -s prints it).
+    print(f"\n{shown}\nhf loop example: {time.monotonic() - started:.0f} s")
 
 
 def scores_as_the_checkpoint(directory: Path, team: dict[str, float]) -> None:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crucible.artifacts import code_package, remote
+from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
@@ -225,3 +228,81 @@ def test_a_code_package_on_s3_runs_in_a_restricted_pod_and_a_changed_one_fails_n
     (attempt,) = s3_stack.get(f"/runs/{failed.id}/attempts")
     found = code_package.digest_of(changed)
     assert f"expected {artifact['digest']}, found {found}" in attempt["message"], attempt
+
+
+# Past its own waits: the inputs made and uploaded, then seven runs (three submitted, four
+# EvalJobs) through pods, one at a time on the node.
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_hf_loop_runs_on_the_real_node_with_its_inputs_and_code_on_s3(
+    s3_ns: str,
+    s3_stack: Stack,
+    store: ObjectStore,
+    prefix: str,
+    tmp_path: Path,
+    forget_s3_clients: None,
+) -> None:
+    """examples/hf-loop as its header says for a cluster: the model directory and the Parquet
+    file registered on S3 (`--to`), the loop submitted with the team's code as a package on
+    S3; the same file that runs on `crucible up` runs in restricted pods whose only shared
+    storage is S3, and lineage runs from the exported model back to both inputs."""
+    repo = Path(__file__).parents[2]
+    s3_stack.post("/projects", {"name": s3_ns, "namespace": s3_ns})
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")},
+        **store.client_env,
+        "CRUCIBLE_API_URL": s3_stack.url,
+        "CRUCIBLE_TOKEN": s3_stack.token,
+        "CRUCIBLE_HOME": str(tmp_path / "home"),
+    }
+    inputs = tmp_path / "hf-inputs"
+    # The header's commands with a cluster's flags (`crucible` as `python -m crucible`).
+    commands = [
+        f"examples/hf-loop/make_inputs.py {inputs}",
+        f"-m crucible artifacts register hf-model {inputs}/model --kind model "
+        f"--to {prefix}/models --project {s3_ns}",
+        f"-m crucible datasets register hf-arith {inputs}/arith.parquet "
+        f"--to {prefix}/datasets --project {s3_ns}",
+        "-m crucible submit examples/hf-loop/loop.yaml --package examples/team-code "
+        f"--backend kubernetes --package-to {prefix}/code --project {s3_ns}",
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, *shlex.split(command)],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-4000:])
+
+    with CrucibleClient(s3_stack.url, s3_stack.token) as api:
+
+        def all_ended() -> list[Any] | None:
+            found = api.list_runs(project=s3_ns, limit=100).items
+            ended = len(found) >= 7 and all(r.phase.is_terminal for r in found)
+            return found if ended else None
+
+        found = s3_stack.wait_for("the loop's 7 runs", all_ended, seconds=1200)
+        report = [(r.name, r.phase, r.reason, r.message) for r in found]
+        assert all(r.phase == Phase.Succeeded for r in found), (report, s3_stack.logs())
+        by_name = {r.name: r for r in found}
+        models = {a.name: a for a in api.list_artifacts(s3_ns, kind="model").items}
+        assert set(models) == {"hf-model", "hf-sft-step100-hf", "hf-rl-step8-hf"}, models
+        assert all(m.uri.startswith(f"{prefix}/") for m in models.values()), models
+        (package,) = api.list_artifacts(s3_ns, kind="code").items
+        (data,) = [d for d in api.list_datasets(s3_ns).items if d.name == "hf-arith"]
+        (version,) = api.list_dataset_versions(data.id).items
+        exported = models["hf-rl-step8-hf"]
+        upstream = api.lineage("artifact", exported.id, "upstream", depth=10)
+        nodes = {(n["type"], n["id"]) for n in upstream["nodes"]}
+        assert {
+            ("artifact", models["hf-model"].id),
+            ("artifact", package.id),
+            ("dataset_version", version.id),
+            ("run", by_name["hf-sft"].id),
+            ("run", by_name["hf-rollouts"].id),
+        } <= nodes, nodes
+        evals = api.list_run_evals(by_name["hf-rl"].id)
+        assert {e.suite for e in evals} == {"team_loop.code:likelihood_suite", "arithmetic"}
