@@ -185,12 +185,20 @@ def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions["Succeeded"] == "True" and conditions["Scheduled"] == "True"
     assert status["runId"] == run["id"] and status["attempt"] == 1
-    k8s_events = h.kubectl_json(
-        "get", "events", "--field-selector", "involvedObject.name=sft", namespace=ns
-    )["items"]
-    assert {"Registered", "AttemptStarted", "Running", "Completed"} <= {
-        e["reason"] for e in k8s_events
-    }
+
+    # kopf posts events from a background queue, so the last one can land a moment after the
+    # status it follows: wait for it rather than read once.
+    def k8s_event_reasons() -> set[str]:
+        items = h.kubectl_json(
+            "get", "events", "--field-selector", "involvedObject.name=sft", namespace=ns
+        )["items"]
+        return {e["reason"] for e in items}
+
+    stack.wait_for(
+        "the run's Kubernetes events",
+        lambda: {"Registered", "AttemptStarted", "Running", "Completed"} <= k8s_event_reasons(),
+        seconds=30,
+    )
 
 
 def test_a_gang_that_cannot_fit_waits_unschedulable_and_binds_nothing(
