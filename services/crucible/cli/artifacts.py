@@ -3,7 +3,6 @@ made by no run, list, show and download artifacts with their digest checked."""
 
 import json
 import re
-import shutil
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 from urllib.parse import urlparse
@@ -13,6 +12,7 @@ from rich.markup import escape
 
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import every_item, refuse_to_replace
+from crucible.cli.downloads import download_into
 from crucible.cli.output import age, console, table
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import ArtifactKind, NodeType
@@ -230,7 +230,6 @@ def artifacts_download(
     """Copy an artifact's files into a new directory (a directory's files straight in it, a
     single file under its name), checked against the artifact's digest. When the copy fails
     or does not match, nothing is left at the directory."""
-    from crucible.artifacts import remote, storage
     from crucible.sdk.artifacts import ArtifactCorrupt, copy_verified
 
     directory = directory.absolute()
@@ -238,17 +237,12 @@ def artifacts_download(
         raise CrucibleError(f"{directory} exists; name a new directory")
     with client() as api:
         artifact = find_artifact(api, project, ref)
-    staging = directory.with_name(storage.TEMP_PREFIX + directory.name)
-    shutil.rmtree(staging, ignore_errors=True)  # what an interrupted download left
-    staging.mkdir(parents=True)
-    try:
-        copied = staging / stored_name(artifact)
-        copy_verified(artifact, copied)
-        storage.commit_dir(copied if copied.is_dir() else staging, directory)
-    except (ArtifactCorrupt, remote.StorageUnavailable) as exc:
-        raise CrucibleError(f"{exc}; nothing was written to {directory}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    download_into(
+        directory,
+        stored_name(artifact),
+        lambda destination: copy_verified(artifact, destination),
+        ArtifactCorrupt,
+    )
     console.print(
         f"downloaded artifact {artifact.id} ({artifact.name}, {artifact.digest}, verified) to "
         f"{escape(str(directory))}",

@@ -2,7 +2,6 @@
 
 import contextlib
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -11,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from crucible.cli.common import ProjectOpt, client, friendly_errors
+from crucible.cli.downloads import download_into
 from crucible.cli.output import age, console, table
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.errors import CrucibleError
@@ -179,7 +179,6 @@ def datasets_download(
     """Copy a dataset version's files into a directory (a folder's files straight in it, a
     single file under its name), checked against the version's digest. When the copy fails
     or does not match, nothing is left in the directory."""
-    from crucible.artifacts import remote, storage
     from crucible.sdk.datasets import DatasetCorrupt, copy_verified, stored_name
 
     directory = directory.absolute()
@@ -187,17 +186,12 @@ def datasets_download(
         raise CrucibleError(f"{directory} exists and is not an empty directory; name a new one")
     with client() as api:
         version = api.resolve_dataset(project, ref)
-    staging = directory.with_name(storage.TEMP_PREFIX + directory.name)
-    shutil.rmtree(staging, ignore_errors=True)  # what an interrupted download left
-    staging.mkdir(parents=True)
-    try:
-        copied = staging / stored_name(version)
-        copy_verified(version, copied)
-        storage.commit_dir(copied if copied.is_dir() else staging, directory)
-    except (DatasetCorrupt, remote.StorageUnavailable) as exc:
-        raise CrucibleError(f"{exc}; nothing was written to {directory}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    download_into(
+        directory,
+        stored_name(version),
+        lambda destination: copy_verified(version, destination),
+        DatasetCorrupt,
+    )
     console.print(
         f"downloaded {version.ref} ({version.digest}, verified) to {escape(str(directory))}",
         highlight=False,
@@ -254,7 +248,7 @@ def survey(path: Path) -> tuple[int, dict[str, Any]]:
     its format, each field's types and, when the first record has one, its training shape.
     Raises DataError naming the file and line of a record that is not valid."""
     from crucible.workloads.records import DataError, FileRecords, data_files
-    from crucible.workloads.shapes import detect_shape
+    from crucible.workloads.shape_of import detect_shape
 
     files = data_files(path)
     seen = RecordSurvey()
