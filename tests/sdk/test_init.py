@@ -18,6 +18,25 @@ def test_import_crucible_stays_cheap() -> None:
     assert out.stdout.split() == ["False", "True"]
 
 
+@pytest.mark.parametrize(
+    "command", ["datasets", "artifacts"], ids=["crucible-datasets", "crucible-artifacts"]
+)
+def test_the_cli_commands_that_copy_stored_files_load_no_torch(command: str) -> None:
+    """`crucible datasets` and `crucible artifacts` read, check and copy files: the modules
+    their commands import (the SDK's stored-file halves, the record shapes) must not bring
+    torch, which would add seconds to every call."""
+    modules = {
+        "datasets": "crucible.cli.datasets, crucible.sdk.datasets, crucible.workloads.shape_of, "
+        "crucible.workloads.records",
+        "artifacts": "crucible.cli.artifacts, crucible.sdk.artifacts, crucible.artifacts.remote",
+    }[command]
+    code = f"import sys, crucible.cli.main, {modules}; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["False"]
+
+
 def test_init_reads_the_executor_environment(
     sdk_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,25 +21,8 @@ from typing import Any
 from crucible.workloads.chat import encode_chat
 from crucible.workloads.data import Example, encode_sft
 from crucible.workloads.records import DataError, Record, RecordCheck
+from crucible.workloads.shape_of import AUTO, SHAPES
 from crucible.workloads.tokenizer import Tokenizer
-
-SHAPES = ("text", "prompt_completion", "chat")
-AUTO = "auto"
-"""`data.shape` default: the shape of the first record's fields."""
-
-
-def detect_shape(record: Record, where: str) -> str:
-    """The shape a record's fields say it has: messages, then prompt/completion, then text."""
-    if "messages" in record:
-        return "chat"
-    if "prompt" in record and "completion" in record:
-        return "prompt_completion"
-    if "text" in record:
-        return "text"
-    raise DataError(
-        f"{where} has none of the fields of a training record (text; prompt and completion; "
-        f"messages); its fields: {', '.join(sorted(record)) or 'none'}"
-    )
 
 
 def record_check(shape: str) -> RecordCheck:

@@ -28,7 +28,8 @@ from crucible.workloads.records import (
     ShuffledRecords,
     read_first_record,
 )
-from crucible.workloads.shapes import AUTO, detect_shape, encoder, record_check
+from crucible.workloads.shape_of import AUTO, detect_shape
+from crucible.workloads.shapes import encoder, record_check
 from crucible.workloads.tokenizer import Tokenizer
 
 Item = list[Row]
