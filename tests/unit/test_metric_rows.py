@@ -41,3 +41,21 @@ def test_a_call_with_more_points_than_a_batch_is_split_into_rows_of_one_step() -
     assert {r[0] for r in rows} == {7}
     assert {k: v for r in rows for k, v in r[2].items()} == numbers
     assert _rows_of(7, 1_700_000_000.0, {}, limit=10) == []
+
+
+def test_a_batch_of_uneven_rows_encodes_every_row_once_in_order_across_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(metrics.time, "sleep", sleeps.append)
+    monkeypatch.setattr(metrics, "ENCODE_CHUNK_POINTS", 2_000)
+    rows = [
+        (step, 1_700_000_000.0 + step, {f"m{k}": step + k / 10 for k in range(1 + step % 37)})
+        for step in range(500)
+    ]
+    body = _encode(rows)
+    assert orjson.loads(body)["rows"] == [{"step": s, "time": t, "values": v} for s, t, v in rows]
+    # 9,329 points in 500 rows: chunks of 107 rows (2,000 points on average), four of them
+    # full, each followed by a yield.
+    assert sum(len(r[2]) for r in rows) == 9_329
+    assert len(sleeps) == 4

@@ -126,7 +126,8 @@ class CrucibleClient:
         headers = {"Content-Type": "application/json"} if content is not None else {}
         if method in WRITE_METHODS:
             headers["Idempotency-Key"] = idempotency_key or uuid.uuid4().hex
-        params = {k: v for k, v in (params or {}).items() if v is not None}
+        # None rather than {}: httpx parses the URL once more to merge even no parameters.
+        params = {k: v for k, v in (params or {}).items() if v is not None} or None
         for attempt in range(self._retries + 1):
             try:
                 response = self._http.request(

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import orjson
 
@@ -33,29 +33,26 @@ _RETRYABLE = frozenset({0, 408, 425, 429, 500, 502, 503, 504})
 _Row = tuple[int, float, dict[str, float]]  # step, time, key -> value
 
 
-ENCODE_CHUNK_POINTS = 500
-
-
-def _as_json(row: _Row) -> MetricRowIn:
-    step, at, values = row
-    return {"step": step, "time": at, "values": values}
+# Encoding a chunk this size holds the GIL for less than the request that follows holds it
+# between its socket calls (measured in benchmarks/README.md, "SDK overhead").
+ENCODE_CHUNK_POINTS = 2_000
 
 
 def _encode(batch: list[_Row]) -> bytes:
     """The JSON body of a batch, built about `ENCODE_CHUNK_POINTS` points at a time with the
-    GIL let go in between: a training thread waiting for the GIL (after every CUDA launch or
-    CPU kernel) would otherwise wait for the whole batch, up to the interpreter's 5 ms switch
-    interval."""
-    parts, chunk, points = [], [], 0
-    for row in batch:
-        chunk.append(_as_json(row))
-        points += len(row[2])
-        if points >= ENCODE_CHUNK_POINTS:
-            parts.append(orjson.dumps(chunk)[1:-1])
-            chunk, points = [], 0
+    GIL let go after each full chunk: a training thread waiting for the GIL (after every CUDA
+    launch or CPU kernel) would otherwise wait for the whole batch, up to the interpreter's
+    5 ms switch interval. A chunk is as many rows as hold that many points on average,
+    sliced off the batch rather than counted out row by row."""
+    points = sum(len(values) for _, _, values in batch)
+    rows_per_chunk = max(1, len(batch) * ENCODE_CHUNK_POINTS // max(points, 1))
+    parts = []
+    for start in range(0, len(batch), rows_per_chunk):
+        chunk = batch[start : start + rows_per_chunk]
+        rows: list[MetricRowIn] = [{"step": s, "time": t, "values": v} for s, t, v in chunk]
+        parts.append(orjson.dumps(rows)[1:-1])
+        if len(chunk) == rows_per_chunk:
             time.sleep(0)
-    if chunk:
-        parts.append(orjson.dumps(chunk)[1:-1])
     return b'{"rows":[' + b",".join(parts) + b"]}"
 
 
@@ -107,37 +104,55 @@ class MetricShipper:
     # -- the training thread's side ----------------------------------------------------------
 
     def add(self, values: Mapping[str, float], step: int) -> None:
+        # This runs right after a step, with the caches full of the step's work: every call
+        # into C here costs microseconds, not the tenths it costs in a tight loop (benchmarks/
+        # README.md, "SDK overhead"), so the common case makes as few as it can.
         now = time.time()
         if not self._known_keys.issuperset(values):
             for key in values:
                 if key not in self._known_keys:
                     self._check_key(key)
-        numbers = dict(zip(values, map(float, values.values()), strict=True))
-        if not all(map(math.isfinite, numbers.values())):
-            for key, number in list(numbers.items()):
-                if not math.isfinite(number):
-                    self._warn_non_finite(key, number, step)
-                    del numbers[key]
-        rows = _rows_of(step, now, numbers, self._batch_points)
+        # A copy (the caller may reuse its dict), as floats (a tensor's value now, not later).
+        numbers = {key: float(value) for key, value in values.items()}
+        # A sum is finite when every term is: one C loop instead of a call per value. A sum
+        # that overflows sends the values through the check one by one, which keeps them all.
+        if not math.isfinite(sum(numbers.values())):
+            numbers = self._finite_only(numbers, step)
+        count = len(numbers)
+        if 0 < count <= self._batch_points:
+            rows: Iterable[_Row] = ((step, now, numbers),)
+        else:  # nothing left, or more points than a batch holds
+            rows = _rows_of(step, now, numbers, self._batch_points)
         with self._lock:
-            for row in rows:
-                self._buffer.append(row)
-                self._buffered_points += len(row[2])
-            overflow = 0
-            while self._buffered_points > self._bound:
-                dropped = len(self._buffer.popleft()[2])
-                self._buffered_points -= dropped
-                overflow += dropped
-            self.dropped_points += overflow
+            self._buffer.extend(rows)
+            self._buffered_points += count
+            overflow = self._drop_oldest() if self._buffered_points > self._bound else 0
             if self._buffered_points >= self._batch_points:
                 self._wake.notify_all()
-        if overflow > 0 and not self._warned_dropping:
+        if overflow and not self._warned_dropping:
             self._warned_dropping = True
             log.warning(
                 "crucible: the metric buffer is full (%d points, API unreachable or slow); "
                 "dropping the oldest points from now on, see run.dropped_points",
                 self._bound,
             )
+
+    def _drop_oldest(self) -> int:
+        """Drop the oldest rows down to the bound (the lock held); the points dropped."""
+        overflow = 0
+        while self._buffered_points > self._bound:
+            dropped = len(self._buffer.popleft()[2])
+            self._buffered_points -= dropped
+            overflow += dropped
+        self.dropped_points += overflow
+        return overflow
+
+    def _finite_only(self, numbers: dict[str, float], step: int) -> dict[str, float]:
+        for key, number in list(numbers.items()):
+            if not math.isfinite(number):
+                self._warn_non_finite(key, number, step)
+                del numbers[key]
+        return numbers
 
     def _check_key(self, key: str) -> None:
         if not isinstance(key, str) or not 1 <= len(key) <= 250 or not _KEY.match(key):
@@ -224,7 +239,12 @@ class MetricShipper:
 
     def _take_batch(self) -> tuple[list[_Row], int]:
         """The oldest rows up to one batch's worth of points (the lock held)."""
-        batch: list[_Row] = []
+        if self._buffered_points <= self._batch_points:  # all of it, the usual case
+            batch, count = list(self._buffer), self._buffered_points
+            self._buffer.clear()
+            self._buffered_points = 0
+            return batch, count
+        batch = []
         count = 0
         while self._buffer and count + len(self._buffer[0][2]) <= self._batch_points:
             row = self._buffer.popleft()
