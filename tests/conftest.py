@@ -5,9 +5,12 @@ and an SDK client of it, for tests of code that talks to the control plane over 
 
 Tests that take `database_url` (directly or through `app`/`admin`) run once per backend.
 The Postgres variant is marked `postgres` and fails, never skips, when Postgres is down:
-run `eval "$(scripts/services up)"` first, or deselect with `-m "not postgres"`.
+run `eval "$(scripts/services up)"` first, or deselect with `-m "not postgres"`. Under
+pytest-xdist each worker has a database of its own on that server (`<name>_gw0`, ...), so
+workers never truncate each other's tables.
 """
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from crucible.api.app import create_app
 from crucible.client import CrucibleClient
@@ -36,20 +39,50 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.objectstore)
 
 
-def postgres_url() -> str:
+def _shared_postgres_url() -> str:
     return os.environ.get("CRUCIBLE_TEST_DATABASE_URL", DEFAULT_PG_URL)
+
+
+def postgres_url() -> str:
+    """This process's test database: the configured one, or under pytest-xdist the worker's
+    (created on first use)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return _shared_postgres_url()
+    return _worker_database(worker)
+
+
+@functools.cache
+def _worker_database(worker: str) -> str:
+    shared = _shared_postgres_url()
+    url = make_url(shared).set(database=f"{make_url(shared).database}_{worker}")
+    admin = create_engine(shared, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            exists = connection.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": url.database}
+            ).first()
+            if not exists:
+                connection.execute(text(f'CREATE DATABASE "{url.database}"'))
+    except Exception as exc:
+        shown = make_url(shared).render_as_string(hide_password=True)
+        pytest.fail(f"Postgres at {shown} is not reachable ({exc}); run scripts/services up")
+    finally:
+        admin.dispose()
+    return url.render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="session")
 def _postgres_at_head() -> str:
     """Upgrade the test database once; each test then starts from empty tables."""
     url = postgres_url()
-    engine = create_engine(url)
     try:
+        engine = create_engine(url)
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:
-        pytest.fail(f"Postgres at {url} is not reachable ({exc}); run scripts/services up")
+        shown = make_url(url).render_as_string(hide_password=True)
+        pytest.fail(f"Postgres at {shown} is not reachable ({exc}); run scripts/services up")
     schema.upgrade(engine)
     engine.dispose()
     return url

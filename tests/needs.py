@@ -10,8 +10,9 @@ in it and the parts (as scripts/test names them) their markers call for:
 
 The `cluster` stage is the tests that use the cluster or the object store, or run the
 toolchain built for them (`toolchain`); `local` is the rest. scripts/test runs the local
-stage while the cluster's toolchain and images build (half an hour on empty caches), then
-the cluster stage: `--stack-stage=local|cluster` keeps only that stage's tests. A test
+stage at once, on pytest-xdist workers, and the cluster stage beside it as soon as the
+cluster's toolchain and images have built (half an hour on empty caches) and the cluster
+is up: `--stack-stage=local|cluster` keeps only that stage's tests. A test
 uses a part only through its marker: a test that reaches a part without carrying the
 marker runs against whatever an earlier run left up.
 """
