@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from crucible.workloads.config import TrainConfig, model_preset
 from crucible.workloads.train import Trainer
+from tests.workloads.ranks import run_ranks
 
 WORLD_SIZE = 2
 
@@ -35,13 +35,8 @@ def _run_rank(rank: int, tmp: str) -> None:
 
 @pytest.mark.slow
 def test_two_ranks_agree_on_losses_and_parameters(tmp_path) -> None:
-    # Fork rather than spawn: the children inherit the parent's imported torch (and the
-    # torch._dynamo that the first optimizer pulls in), which would take a spawned child
-    # about 20 s of CPU each on this machine.
     initial = Trainer(TrainConfig(), model_preset("tiny"), [{"prompt": "1+1=", "completion": "2"}])
-    mp.start_processes(
-        _run_rank, args=(str(tmp_path),), nprocs=WORLD_SIZE, join=True, start_method="fork"
-    )
+    run_ranks(_run_rank, (str(tmp_path),), WORLD_SIZE)
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE))
     assert len(rank0["losses"]) == 4
     assert rank0["losses"] == rank1["losses"]

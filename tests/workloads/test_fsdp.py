@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from crucible.workloads.config import TrainConfig, model_preset
 from crucible.workloads.train import Trainer
+from tests.workloads.ranks import run_ranks
 
 WORLD_SIZE = 2
 RECORDS = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(10) for b in range(10)]
@@ -43,9 +43,7 @@ def test_fsdp_ranks_agree_and_match_a_single_process_run(tmp_path) -> None:
         model_preset("tiny"),
         RECORDS,
     ).train()
-    mp.start_processes(
-        _run_rank, args=(str(tmp_path),), nprocs=WORLD_SIZE, join=True, start_method="fork"
-    )
+    run_ranks(_run_rank, (str(tmp_path),), WORLD_SIZE)
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt")["losses"] for r in range(WORLD_SIZE))
     assert rank0 == rank1
     # Same global batches, same initialisation: sharding changes only the order of float
