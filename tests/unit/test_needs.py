@@ -54,7 +54,7 @@ def collect(tmp_path: Path, *args: str) -> tuple[dict[str, tuple[int, set[str]]]
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=480,  # 170 s seen with the suite's two workers and the cluster beside it
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -73,11 +73,13 @@ def collected_needs(tmp_path: Path, *args: str) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_the_whole_suite_needs_every_part(tmp_path: Path) -> None:
     assert collected_needs(tmp_path) == ALL_PARTS
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_deselected_markers_start_nothing_for_them_and_the_rest_still_starts(
     tmp_path: Path,
 ) -> None:
@@ -86,17 +88,20 @@ def test_deselected_markers_start_nothing_for_them_and_the_rest_still_starts(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_tests_that_use_no_part_need_nothing(tmp_path: Path) -> None:
     assert collected_needs(tmp_path, "tests/unit/test_downsample.py") == set()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_a_test_taking_s3_needs_the_object_store(tmp_path: Path) -> None:
     # marked by tests/conftest.py, not in the module
     assert collected_needs(tmp_path, "tests/sdk/test_object_storage.py") == {"objectstore"}
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_each_stage_keeps_only_its_own_tests(tmp_path: Path) -> None:
     paths = ["tests/sdk/test_object_storage.py", "tests/unit/test_downsample.py"]
     kept, totals = {}, set()
