@@ -14,6 +14,7 @@ import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from fastapi import FastAPI
@@ -52,10 +53,16 @@ def postgres_url() -> str:
     return _worker_database(worker)
 
 
+def _fail_unreachable(url: str, exc: Exception) -> NoReturn:
+    shown = make_url(url).render_as_string(hide_password=True)
+    pytest.fail(f"Postgres at {shown} is not reachable ({exc}); run scripts/services up")
+
+
 @functools.cache
 def _worker_database(worker: str) -> str:
     shared = _shared_postgres_url()
-    url = make_url(shared).set(database=f"{make_url(shared).database}_{worker}")
+    url = make_url(shared)
+    url = url.set(database=f"{url.database}_{worker}")
     admin = create_engine(shared, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
@@ -65,8 +72,7 @@ def _worker_database(worker: str) -> str:
             if not exists:
                 connection.execute(text(f'CREATE DATABASE "{url.database}"'))
     except Exception as exc:
-        shown = make_url(shared).render_as_string(hide_password=True)
-        pytest.fail(f"Postgres at {shown} is not reachable ({exc}); run scripts/services up")
+        _fail_unreachable(shared, exc)
     finally:
         admin.dispose()
     return url.render_as_string(hide_password=False)
@@ -81,8 +87,7 @@ def _postgres_at_head() -> str:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:
-        shown = make_url(url).render_as_string(hide_password=True)
-        pytest.fail(f"Postgres at {shown} is not reachable ({exc}); run scripts/services up")
+        _fail_unreachable(url, exc)
     schema.upgrade(engine)
     engine.dispose()
     return url
