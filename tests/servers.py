@@ -27,7 +27,7 @@ class LocalServer:
 
 
 def crucible(
-    env: dict[str, str], *args: str, timeout: float = 60, cwd: Path | None = None
+    env: dict[str, str], *args: str, timeout: float = 180, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the `crucible` CLI as a user would, in `env` (see LocalServer.env), from `cwd`."""
     return subprocess.run(
