@@ -7,7 +7,7 @@ with the CLI's own code (`crucible.demo.watch.run_demo`), and writes
 benchmarks/results/demo_loop.json: the wall time, the held-out accuracy and loss of every
 checkpoint, and the machine's load, which the 2-core figure depends on.
 
-    .venv/bin/python -m benchmarks.demo_loop            # the full loop (about 7 minutes)
+    .venv/bin/python -m benchmarks.demo_loop            # the full loop (about 2.5 minutes)
     .venv/bin/python -m benchmarks.demo_loop --quick    # CI size, results not written
 """
 
