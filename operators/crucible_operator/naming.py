@@ -1,29 +1,41 @@
-"""Names, labels and annotations of what the operator creates: one place, so the builders,
-the indexes and the tests agree on them."""
+"""Names and labels of what the operator creates: one place, so the builders, the indexes
+and the tests agree on them. The names other processes share (group, kinds, annotations,
+the run label) are `crucible.domain.resources`'s, re-exported here for the operator."""
 
-from dataclasses import dataclass
+from crucible.domain.resources import (
+    ANNOTATION_NEXT_ATTEMPT,
+    ANNOTATION_RUN_ID,
+    GROUP,
+    KIND_BY_NAME,
+    KINDS,
+    LABEL_RUN,
+    VERSION,
+    KindInfo,
+)
 
-GROUP = "crucible.dev"
-VERSION = "v1alpha1"
+__all__ = [
+    "ANNOTATION_NEXT_ATTEMPT",
+    "ANNOTATION_RUN_ID",
+    "GROUP",
+    "KINDS",
+    "KIND_BY_NAME",
+    "LABEL_RUN",
+    "VERSION",
+    "KindInfo",
+]
 
-LABEL_RUN = "crucible.dev/run"  # the custom resource's name
-LABEL_RUN_UID = "crucible.dev/run-uid"  # its uid: the pod index's key
-LABEL_KIND = "crucible.dev/kind"  # train | rollout | eval
-LABEL_ATTEMPT = "crucible.dev/attempt"
-LABEL_RANK = "crucible.dev/rank"
-LABEL_ROLE = "crucible.dev/role"
+LABEL_RUN_UID = f"{GROUP}/run-uid"  # the custom resource's uid: the pod index's key
+LABEL_KIND = f"{GROUP}/kind"  # train | rollout | eval
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_RANK = f"{GROUP}/rank"
+LABEL_ROLE = f"{GROUP}/role"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "crucible-operator"
 
-# Set on a custom resource the control plane created for a REST submission.
-ANNOTATION_RUN_ID = "crucible.dev/run-id"
-# Set by the workers when recovery makes the next attempt due (a wake-up for the loop).
-ANNOTATION_NEXT_ATTEMPT = "crucible.dev/next-attempt"
-
 # Held on every pod of an attempt until the whole gang fits (all pods or none).
-GANG_GATE = "crucible.dev/gang"
+GANG_GATE = f"{GROUP}/gang"
 
-FINALIZER = "crucible.dev/finalizer"
+FINALIZER = f"{GROUP}/finalizer"
 FIELD_MANAGER = "crucible-operator"
 
 # The container that runs the workload in each pod (its status carries the image digest).
@@ -33,22 +45,6 @@ CODE_CONTAINER = "fetch-code"
 
 # Kubernetes expands $(VAR) in a container's command and args from its env.
 TORCHRUN_PORT = 29500
-
-
-@dataclass(frozen=True)
-class KindInfo:
-    kind: str  # TrainingRun
-    plural: str  # trainingruns
-    run_kind: str  # train: the control plane's RunKind
-    role: str  # the pods' crucible.dev/role label
-
-
-KINDS = (
-    KindInfo("TrainingRun", "trainingruns", "train", "trainer"),
-    KindInfo("RolloutJob", "rolloutjobs", "rollout", "generator"),
-    KindInfo("EvalJob", "evaljobs", "eval", "evaluator"),
-)
-KIND_BY_NAME = {k.kind: k for k in KINDS}
 
 
 def pod_name(run: str, attempt: int, rank: int) -> str:

@@ -33,8 +33,8 @@ from lightkube.types import PatchType
 
 from crucible.client import ApiError
 from crucible.domain import reasons
-from crucible.domain.enums import AttemptReason, Phase
-from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
+from crucible.domain.enums import Phase
+from crucible.schemas.runs import AttemptEnd, PhaseReport, RunPublic
 from crucible_operator import gang, outcome, pods, registration
 from crucible_operator.context import RESOURCES, OperatorContext
 from crucible_operator.facts import Demand, NodeFacts, PodFacts, pod_facts
@@ -259,17 +259,9 @@ class Pass:
         await registration.ensure_token_secret(self.ctx, self.meta["namespace"], project)
         if run.phase is not Phase.Scheduling:
             await self._report(run, Phase.Scheduling, "", "creating the attempt's pods")
-        reason, resume = (
-            (AttemptReason.initial, None)
-            if run.attempt_count == 0
-            else (run.next_attempt_reason or AttemptReason.failure_retry, run.resume_checkpoint_id)
-        )
+        start = run.next_attempt_start()
         try:
-            attempt = await self.ctx.call(
-                self.ctx.api.start_attempt,
-                run.id,
-                AttemptStart(reason=reason, resumed_from_checkpoint_id=resume),
-            )
+            attempt = await self.ctx.call(self.ctx.api.start_attempt, run.id, start)
         except ApiError as exc:
             if exc.status != 409:
                 raise
@@ -281,9 +273,10 @@ class Pass:
         self.tracked.open_attempt = attempt.number
         self.tracked.started = False
         self.tracked.stopping = None
+        resume = start.resumed_from_checkpoint_id
         await self._create_pods(run, attempt.number, resume, inputs)
         detail = f" resuming from checkpoint {resume}" if resume else ""
-        self._emit("Normal", "AttemptStarted", f"attempt {attempt.number} ({reason}){detail}")
+        self._emit("Normal", "AttemptStarted", f"attempt {attempt.number} ({start.reason}){detail}")
         return POLL_SOON
 
     # -- during an attempt -----------------------------------------------------------------

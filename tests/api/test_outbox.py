@@ -10,7 +10,7 @@ from sqlalchemy import select
 from crucible.db.tables import OutboxMessage
 from tests.api.test_checkpoints_datasets import API, digest, register_checkpoint, submit_train
 from tests.checkpoint_files import checkpoint_files
-from tests.conftest import make_project, postgres_only
+from tests.conftest import make_project, postgres_only, training_run
 
 
 def outbox(app: FastAPI, topic: str) -> list[dict[str, Any]]:
@@ -76,3 +76,18 @@ def test_concurrent_retries_of_one_checkpoint_enqueue_once(admin: TestClient, ap
     assert [r.status_code for r in responses] == [201] * 8
     assert len({r.json()["id"] for r in responses}) == 1
     assert len(outbox(app, "checkpoint.registered")) == 1
+
+
+def test_only_a_run_that_needs_its_resource_made_enqueues_run_submitted(
+    admin: TestClient, app: FastAPI
+) -> None:
+    """A run the operator registered (applied with kubectl: it comes with its resource's
+    uid) has nothing for the workers to do; one submitted through the API does."""
+    make_project(admin)
+    for name, uid in (("applied", "uid-applied"), ("posted", None)):
+        body = {"project": "vision", "manifest": training_run(name=name)}
+        body |= {"backend": "kubernetes", "k8s_uid": uid}
+        assert admin.post(f"{API}/runs", json=body).status_code == 201
+    runs = {r["name"]: r["id"] for r in admin.get(f"{API}/runs").json()["items"]}
+    rows = outbox(app, "run.submitted")
+    assert [r["payload"]["run_id"] for r in rows] == [runs["posted"]]

@@ -16,7 +16,8 @@ from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
 from crucible.cli.tokenizers import tokenizers_app
 from crucible.client import ApiError, CrucibleClient, provenance
-from crucible.client.reproduce import REPRODUCES_TAG, reproduction, reproduction_name
+from crucible.client.reproduce import reproduction, reproduction_name
+from crucible.domain import resources
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.domain.enums import Backend, Phase, Role, RunKind
 from crucible.domain.errors import CrucibleError
@@ -612,7 +613,9 @@ def runs_reproduce(
                 )
             elif directory.is_dir():
                 current = provenance.capture(directory)
-        earlier = api.list_runs(project=project, tag=f"{REPRODUCES_TAG}={run.id}", limit=1000)
+        earlier = api.list_runs(
+            project=project, tag=f"{resources.TAG_REPRODUCES}={run.id}", limit=1000
+        )
         number = len(earlier.items) + 1
         request = reproduction(
             run,

@@ -29,7 +29,6 @@ from crucible.schemas.lineage import (
     RunInputCreate,
     RunInputPublic,
 )
-from crucible.schemas.metrics import IngestResult, MetricPointIn
 from crucible.schemas.provenance import AttemptEnvironment
 from crucible.schemas.runs import (
     AttemptEnd,
@@ -55,7 +54,13 @@ from crucible.settings import Settings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Answers after which the same request may well succeed: a proxy in front of the API, or
+# the API itself, is restarting or overloaded. `request` retries these a few times itself.
 RETRY_STATUSES = frozenset({502, 503, 504})
+# ... and what a sender that never gives up (the SDK's metric thread) also waits out: no
+# answer at all (status 0: the client's own `ApiError` for an unreachable API), a timeout,
+# too early, rate limited, or an internal error.
+TRANSIENT_STATUSES = RETRY_STATUSES | {0, 408, 425, 429, 500}
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -267,22 +272,6 @@ class CrucibleClient:
         )
 
     # -- metrics, checkpoints, datasets, evals -----------------------------------------------
-
-    def log_metrics(
-        self, run_id: int, points: list[MetricPointIn], idempotency_key: str
-    ) -> IngestResult:
-        """Store up to 10,000 points; re-sending with the same key replays the first answer.
-
-        Encoded with orjson: the SDK sends from a background thread of a training process,
-        and the standard library would hold the GIL about ten times longer per batch.
-        """
-        answer = self.request(
-            "POST",
-            f"/api/v1/runs/{run_id}/metrics",
-            content=orjson.dumps({"points": points}),
-            idempotency_key=idempotency_key,
-        )
-        return IngestResult.model_validate(answer)
 
     def register_checkpoint(self, run_id: int, checkpoint_in: CheckpointCreate) -> CheckpointPublic:
         return self._post(f"/api/v1/runs/{run_id}/checkpoints", checkpoint_in, CheckpointPublic)

@@ -13,12 +13,10 @@ from crucible.client.provenance import differences
 from crucible.domain.artifact_refs import pin_artifact_refs
 from crucible.domain.enums import Backend
 from crucible.domain.errors import CrucibleError
+from crucible.domain.resources import TAG_PREFIX, TAG_REPRODUCES
 from crucible.domain.specs import MAX_RUN_NAME
 from crucible.schemas.provenance import CodeSource
 from crucible.schemas.runs import AttemptPublic, RunPublic, RunSubmit
-
-REPRODUCES_TAG = "crucible.dev/reproduces"
-_OWN_TAGS = "crucible.dev/"
 
 
 class CannotReproduce(CrucibleError):
@@ -61,8 +59,8 @@ def reproduction(
             and spec.get("workingDir") == (run.code.directory)
         ):
             spec["workingDir"] = code.directory  # the same code, checked out elsewhere
-    tags = {k: v for k, v in run.tags.items() if not k.startswith(_OWN_TAGS)}
-    tags[REPRODUCES_TAG] = str(run.id)
+    tags = {k: v for k, v in run.tags.items() if not k.startswith(TAG_PREFIX)}
+    tags[TAG_REPRODUCES] = str(run.id)
     return RunSubmit(
         project=project,
         manifest=manifest,  # validated into a Manifest by RunSubmit

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
-from crucible.core.events import enqueue, record_event
+from crucible.core.events import TOPIC_CHECKPOINT_REGISTERED, enqueue, record_event
 from crucible.core.lineage import add_edge
 from crucible.core.lookups import get_or_404
 from crucible.core.pagination import paginate
@@ -93,8 +93,8 @@ def register_checkpoint(
     )
     enqueue(
         session,
-        topic="checkpoint.registered",
-        dedupe_key=f"checkpoint.registered:{checkpoint.id}",
+        topic=TOPIC_CHECKPOINT_REGISTERED,
+        dedupe_key=f"{TOPIC_CHECKPOINT_REGISTERED}:{checkpoint.id}",
         payload={
             "checkpoint_id": checkpoint.id,
             "run_id": run.id,

@@ -12,6 +12,7 @@ from crucible.core.lookups import get_or_404, project_by_name
 from crucible.core.pagination import paginate
 from crucible.db.tables import Dataset, DatasetVersion, Run
 from crucible.db.upsert import insert_ignoring_duplicates
+from crucible.domain import reasons
 from crucible.domain.enums import EdgeRelation, NodeType, Role
 from crucible.domain.errors import Conflict, InvalidInput, NotFound
 from crucible.domain.specs import DATASET_REF
@@ -79,7 +80,7 @@ def register_version(
         record_event(
             session,
             run_id=producer.id,
-            type="DatasetVersionRegistered",
+            type=reasons.EVENT_DATASET_VERSION_REGISTERED,
             message=f"produced dataset {dataset.name}@{version.version}",
             data={"dataset_version_id": version.id, "digest": version.digest},
         )
@@ -204,20 +205,30 @@ def resolve(
             "write a dataset reference as name@<version> or name@latest, e.g. prompts@3",
             location="query",
         )
-    name, _, wanted = ref.rpartition("@")
     row = project_by_name(session, project)
     principal.require(row.id, Role.viewer, entity="project", key=project)
+    dataset, version = version_by_ref(session, row.id, ref)
+    if dataset is None:
+        raise NotFound("dataset", ref.rpartition("@")[0])
+    if version is None:
+        raise NotFound("dataset version", ref)
+    return version_public(version, dataset)
+
+
+def version_by_ref(
+    session: Session, project_id: int, ref: str
+) -> tuple[Dataset | None, DatasetVersion | None]:
+    """A well-formed `name@<version>` or `name@latest` -> the project's dataset of that name
+    (None: there is none) and that version of it (None: not there, or no version yet)."""
+    name, _, wanted = ref.rpartition("@")
     dataset = session.scalar(
-        select(Dataset).where(Dataset.project_id == row.id, Dataset.name == name)
+        select(Dataset).where(Dataset.project_id == project_id, Dataset.name == name)
     )
     if dataset is None:
-        raise NotFound("dataset", name)
+        return None, None
     query = select(DatasetVersion).where(DatasetVersion.dataset_id == dataset.id)
     if wanted == "latest":
         query = query.order_by(DatasetVersion.version.desc()).limit(1)
     else:
         query = query.where(DatasetVersion.version == int(wanted))
-    version = session.scalar(query)
-    if version is None:
-        raise NotFound("dataset version", ref)
-    return version_public(version, dataset)
+    return dataset, session.scalar(query)

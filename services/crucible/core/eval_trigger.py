@@ -16,11 +16,9 @@ from crucible.core.runs import parse_manifest, submit_run
 from crucible.db.tables import Checkpoint, Project, Run
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.domain.enums import Backend
+from crucible.domain.resources import TAG_CHECKPOINT, TAG_EVALUATES_RUN
 from crucible.domain.specs import API_VERSION, MAX_RUN_NAME, EvalPolicy, TrainingRunManifest
 from crucible.schemas.runs import RunSubmit
-
-EVALUATES_RUN_TAG = "crucible.dev/evaluates-run"
-CHECKPOINT_TAG = "crucible.dev/checkpoint"
 
 
 def on_checkpoint_registered(session: Session, *, checkpoint_id: int) -> list[int]:
@@ -46,8 +44,8 @@ def on_checkpoint_registered(session: Session, *, checkpoint_id: int) -> list[in
                     "code_ref": run.code_ref,
                     "code": run.code,  # the training run's code scores its checkpoints
                     "tags": {
-                        EVALUATES_RUN_TAG: str(run.id),
-                        CHECKPOINT_TAG: str(checkpoint.id),
+                        TAG_EVALUATES_RUN: str(run.id),
+                        TAG_CHECKPOINT: str(checkpoint.id),
                     },
                 }
             ),

@@ -7,6 +7,13 @@ from sqlalchemy.orm import Session
 
 from crucible.db.tables import OutboxMessage, RunEvent
 
+# Outbox topics: what the workers follow up (workers/handlers.py maps each to its handler).
+TOPIC_RUN_SUBMITTED = "run.submitted"
+TOPIC_RUN_INTERRUPTED = "run.interrupted"
+TOPIC_RUN_FINISHED = "run.finished"
+TOPIC_ATTEMPT_ENDED = "attempt.ended"
+TOPIC_CHECKPOINT_REGISTERED = "checkpoint.registered"
+
 
 def record_event(
     session: Session,

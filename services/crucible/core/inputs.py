@@ -18,11 +18,14 @@ from sqlalchemy.orm import Session
 from crucible.core import lineage
 from crucible.core.access import Principal
 from crucible.core.checkpoints import BestMode, best_live_checkpoint
+from crucible.core.datasets import version_by_ref
+from crucible.core.events import TOPIC_CHECKPOINT_REGISTERED
 from crucible.core.runs import load_run, move_run, parse_manifest
 from crucible.db.tables import Artifact, Checkpoint, Dataset, DatasetVersion, OutboxMessage, Run
 from crucible.domain import reasons
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME, artifact_refs
 from crucible.domain.enums import ArtifactKind, Phase, Role, RunKind
+from crucible.domain.resources import TAG_EVALUATES_RUN
 from crucible.domain.specs import (
     CheckpointRef,
     DatasetInput,
@@ -164,18 +167,9 @@ def _resolve(session: Session, run: Run) -> _Resolved:
 
 def _dataset_version(session: Session, run: Run, item: DatasetInput) -> DatasetVersion:
     if item.dataset is not None:
-        name, _, wanted = item.dataset.rpartition("@")
-        dataset = session.scalar(
-            select(Dataset).where(Dataset.project_id == run.project_id, Dataset.name == name)
-        )
+        dataset, version = version_by_ref(session, run.project_id, item.dataset)
         if dataset is None:
-            raise _Waiting(f"dataset {name!r} has no version yet")
-        query = select(DatasetVersion).where(DatasetVersion.dataset_id == dataset.id)
-        if wanted == "latest":
-            query = query.order_by(DatasetVersion.version.desc()).limit(1)
-        else:
-            query = query.where(DatasetVersion.version == int(wanted))
-        version = session.scalar(query)
+            raise _Waiting(f"dataset {item.dataset.rpartition('@')[0]!r} has no version yet")
         if version is None:
             raise _Waiting(f"dataset {item.dataset} does not exist yet")
         return version
@@ -284,7 +278,7 @@ def _evals_pending(session: Session, producer: Run) -> bool:
     untriggered = session.scalar(
         select(OutboxMessage.id)
         .where(
-            OutboxMessage.topic == "checkpoint.registered",
+            OutboxMessage.topic == TOPIC_CHECKPOINT_REGISTERED,
             OutboxMessage.payload["run_id"].as_integer() == producer.id,
             OutboxMessage.handled_at.is_(None),
         )
@@ -297,7 +291,7 @@ def _evals_pending(session: Session, producer: Run) -> bool:
         .where(
             Run.project_id == producer.project_id,
             Run.kind == RunKind.eval.value,
-            Run.tags["crucible.dev/evaluates-run"].as_string() == str(producer.id),
+            Run.tags[TAG_EVALUATES_RUN].as_string() == str(producer.id),
             Run.phase.not_in([p.value for p in Phase if p.is_terminal]),
         )
         .limit(1)

@@ -24,7 +24,6 @@ from crucible.domain.enums import AttemptReason, Phase
 from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest
 
 log = logging.getLogger(__name__)
-EVENT_RECOVERY_WAITING = "RecoveryWaiting"
 
 INTERRUPTION_REASONS = frozenset(
     {
@@ -140,7 +139,7 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
     record_event(
         session,
         run_id=run.id,
-        type="RecoveryScheduled",
+        type=reasons.EVENT_RECOVERY_SCHEDULED,
         reason=decision.attempt_reason.value,
         message=message,
         data={
@@ -158,11 +157,11 @@ def _note_waiting_for_storage(session: Session, run: Run, problem: str) -> None:
     latest = session.scalar(
         select(RunEvent.type).where(RunEvent.run_id == run.id).order_by(RunEvent.id.desc())
     )
-    if latest != EVENT_RECOVERY_WAITING:
+    if latest != reasons.EVENT_RECOVERY_WAITING:
         record_event(
             session,
             run_id=run.id,
-            type=EVENT_RECOVERY_WAITING,
+            type=reasons.EVENT_RECOVERY_WAITING,
             reason=reasons.REASON_STORAGE_UNAVAILABLE,
             message=f"recovery waits until the checkpoint storage answers: {problem}",
         )
@@ -222,7 +221,7 @@ def resume_checkpoint(session: Session, run: Run) -> Checkpoint | None:
         record_event(
             session,
             run_id=run.id,
-            type="CheckpointDamaged",
+            type=reasons.EVENT_CHECKPOINT_DAMAGED,
             reason="DigestMismatch",
             message=f"checkpoint at step {checkpoint.step} is not resumable: {problem}",
             data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},

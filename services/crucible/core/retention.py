@@ -13,11 +13,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from crucible.core.checkpoints import BestMode, best_live_checkpoint
-from crucible.core.eval_trigger import CHECKPOINT_TAG
-from crucible.core.events import record_event
+from crucible.core.events import TOPIC_CHECKPOINT_REGISTERED, record_event
 from crucible.core.runs import parse_manifest
 from crucible.db.tables import Checkpoint, OutboxMessage, Run, RunInput
+from crucible.domain import reasons
 from crucible.domain.enums import Phase, RunKind
+from crucible.domain.resources import TAG_CHECKPOINT
 from crucible.domain.specs import TrainingRunManifest
 
 
@@ -74,7 +75,7 @@ def _retire_for_run(session: Session, run: Run) -> list[Retired]:
         record_event(
             session,
             run_id=run.id,
-            type="CheckpointRetired",
+            type=reasons.EVENT_CHECKPOINT_RETIRED,
             reason="Retention",
             message=f"checkpoint at step {checkpoint.step} deleted (keepLast {policy.keep_last})",
             data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
@@ -110,12 +111,12 @@ def _in_use(session: Session, checkpoint_ids: list[int]) -> set[int]:
     used |= {c for c in resuming if c is not None}
     untriggered = session.scalars(
         select(OutboxMessage.payload["checkpoint_id"].as_integer()).where(
-            OutboxMessage.topic == "checkpoint.registered", OutboxMessage.handled_at.is_(None)
+            OutboxMessage.topic == TOPIC_CHECKPOINT_REGISTERED, OutboxMessage.handled_at.is_(None)
         )
     )
     used |= {c for c in untriggered if c in checkpoint_ids}
     evaluating = session.scalars(
-        select(Run.tags[CHECKPOINT_TAG].as_string()).where(
+        select(Run.tags[TAG_CHECKPOINT].as_string()).where(
             Run.kind == RunKind.eval.value,
             Run.phase.not_in([p.value for p in Phase if p.is_terminal]),
         )

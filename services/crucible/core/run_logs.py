@@ -15,6 +15,7 @@ from crucible.core.access import Principal
 from crucible.core.runs import load_run
 from crucible.db.tables import Attempt
 from crucible.domain.enums import Backend, Role
+from crucible.domain.resources import LABEL_RUN
 from crucible.schemas.common import PublicModel
 
 MAX_TAIL_BYTES = 1 << 20
@@ -55,7 +56,7 @@ def log_tail(
             message="no attempt has started yet",
         )
     if run.backend != Backend.local:
-        where = f"-n {run.k8s_namespace} -l crucible.dev/run={run.k8s_name}" if run.k8s_name else ""
+        where = f"-n {run.k8s_namespace} -l {LABEL_RUN}={run.k8s_name}" if run.k8s_name else ""
         return LogTail(
             attempt=number,
             text="",

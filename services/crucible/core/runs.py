@@ -8,7 +8,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
-from crucible.core.events import enqueue, record_event
+from crucible.core.events import (
+    TOPIC_ATTEMPT_ENDED,
+    TOPIC_RUN_FINISHED,
+    TOPIC_RUN_INTERRUPTED,
+    TOPIC_RUN_SUBMITTED,
+    enqueue,
+    record_event,
+)
 from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
 from crucible.core.pagination import paginate
 from crucible.db.tables import Attempt, Checkpoint, Experiment, Project, Run, RunEvent
@@ -128,16 +135,17 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
     record_event(
         session,
         run_id=run.id,
-        type="Submitted",
+        type=reasons.EVENT_SUBMITTED,
         reason=reasons.REASON_SUBMITTED,
         message=f"{manifest.kind} submitted to the {run.backend} backend",
     )
-    enqueue(
-        session,
-        topic="run.submitted",
-        dedupe_key=f"run.submitted:{run.id}",
-        payload={"run_id": run.id, "backend": run.backend},
-    )
+    if run.k8s_uid is None:  # a run the operator registered has its resource already
+        enqueue(
+            session,
+            topic=TOPIC_RUN_SUBMITTED,
+            dedupe_key=f"{TOPIC_RUN_SUBMITTED}:{run.id}",
+            payload={"run_id": run.id, "backend": run.backend},
+        )
     return RunPublic.model_validate(run)
 
 
@@ -294,16 +302,16 @@ def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str
         # decision is also triggered by `attempt.ended`; whichever sees both facts decides.
         enqueue(
             session,
-            topic="run.interrupted",
-            dedupe_key=f"run.interrupted:{run.id}:{run.attempt_count}",
+            topic=TOPIC_RUN_INTERRUPTED,
+            dedupe_key=f"{TOPIC_RUN_INTERRUPTED}:{run.id}:{run.attempt_count}",
             payload={"run_id": run.id, "attempt": run.attempt_count},
         )
     if phase.is_terminal:
         run.finished_at = now
         enqueue(
             session,
-            topic="run.finished",
-            dedupe_key=f"run.finished:{run.id}",
+            topic=TOPIC_RUN_FINISHED,
+            dedupe_key=f"{TOPIC_RUN_FINISHED}:{run.id}",
             payload={"run_id": run.id, "phase": phase.value},
         )
     record_event(
@@ -329,7 +337,7 @@ def end_open_attempt(session: Session, run: Run, reason: str, message: str = "")
     record_event(
         session,
         run_id=run.id,
-        type="AttemptEnded",
+        type=reasons.EVENT_ATTEMPT_ENDED,
         reason=reason,
         message=message or f"attempt {attempt.number} ended",
         data={"attempt": attempt.number, "exit_code": None},
@@ -412,15 +420,15 @@ def end_attempt(
     record_event(
         session,
         run_id=run.id,
-        type="AttemptEnded",
+        type=reasons.EVENT_ATTEMPT_ENDED,
         reason=attempt_in.end_reason,
         message=attempt_in.message or f"attempt {number} ended",
         data={"attempt": number, "exit_code": attempt_in.exit_code},
     )
     enqueue(
         session,
-        topic="attempt.ended",
-        dedupe_key=f"attempt.ended:{run.id}:{number}",
+        topic=TOPIC_ATTEMPT_ENDED,
+        dedupe_key=f"{TOPIC_ATTEMPT_ENDED}:{run.id}:{number}",
         payload={
             "run_id": run.id,
             "attempt": number,

@@ -41,3 +41,11 @@ EVENT_CHECKPOINT_REGISTERED = "CheckpointRegistered"  # the operator shows it in
 EVENT_PHASE_CHANGED = "PhaseChanged"
 EVENT_ATTEMPT_STARTED = "AttemptStarted"
 EVENT_EVAL_RESULT_RECORDED = "EvalResultRecorded"
+# The rest of a run's timeline (shown in the CLI and the dashboard; nothing acts on them)
+EVENT_SUBMITTED = "Submitted"
+EVENT_ATTEMPT_ENDED = "AttemptEnded"
+EVENT_RECOVERY_SCHEDULED = "RecoveryScheduled"
+EVENT_RECOVERY_WAITING = "RecoveryWaiting"  # recovery waits for the checkpoint storage to answer
+EVENT_CHECKPOINT_DAMAGED = "CheckpointDamaged"
+EVENT_CHECKPOINT_RETIRED = "CheckpointRetired"
+EVENT_DATASET_VERSION_REGISTERED = "DatasetVersionRegistered"

@@ -5,14 +5,13 @@ Field names are camelCase on the wire, as Kubernetes users expect; Python code u
 snake_case attributes.
 """
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from crucible.domain.json_values import MAX_INT32, MAX_INT64, JsonObject
-
-API_VERSION: Final = "crucible.dev/v1alpha1"
+from crucible.domain.resources import API_VERSION
 
 # Pod names are `<run>-a<attempt>-<rank>`; keeping run names to 40 characters leaves room for
 # attempt and rank suffixes inside Kubernetes' 63-character label/DNS limit.
@@ -493,6 +492,7 @@ class ObjectMeta(SpecModel):
 
 
 class _Manifest(SpecModel):
+    # A Literal takes no name: this is resources.API_VERSION (tests/unit/test_names.py checks)
     api_version: Literal["crucible.dev/v1alpha1"] = API_VERSION
     metadata: ObjectMeta
 

@@ -19,16 +19,13 @@ from crucible.artifacts import code_package
 from crucible.client import ApiError, CrucibleClient
 from crucible.client.code_packages import describe_code_package, find_code_package
 from crucible.domain import contract, reasons
-from crucible.domain.enums import AttemptReason, Backend, Phase
+from crucible.domain.enums import Backend, Phase
 from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.gpus import GpuPool
 from crucible.executor.launch import build_command, build_env, read_termination_message, working_dir
-from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
+from crucible.schemas.runs import AttemptEnd, PhaseReport, RunPublic
 
 log = logging.getLogger(__name__)
-
-# Exit code a workload uses after checkpointing on SIGTERM (128 + SIGTERM), as in Kubernetes.
-PREEMPTED_EXIT = 143
 
 
 @dataclass
@@ -190,10 +187,9 @@ class LocalExecutor:
         command = build_command(run)
         if run.phase != Phase.Scheduling:
             self._report(run.id, Phase.Scheduling, "", "")
-        reason, resume_from = self._next_attempt_origin(run)
-        attempt = self._client.start_attempt(
-            run.id, AttemptStart(reason=reason, resumed_from_checkpoint_id=resume_from)
-        )
+        start = run.next_attempt_start()
+        attempt = self._client.start_attempt(run.id, start)
+        resume_from = start.resumed_from_checkpoint_id
         path = self.log_path(run.id, attempt.number)
         path.parent.mkdir(parents=True, exist_ok=True)
         log_file = path.open("ab")
@@ -259,13 +255,6 @@ class LocalExecutor:
         return code_package.fetch_cached(
             artifact.uri, artifact.digest, self._home / "code", what=describe_code_package(artifact)
         )
-
-    @staticmethod
-    def _next_attempt_origin(run: RunPublic) -> tuple[AttemptReason, int | None]:
-        """Attempt 1 starts fresh; later ones as recovery decided (reason and checkpoint)."""
-        if run.attempt_count == 0:
-            return AttemptReason.initial, None
-        return run.next_attempt_reason or AttemptReason.failure_retry, run.resume_checkpoint_id
 
     def _watch_active(self) -> None:
         """Act on what users asked through the API: cancel stops, preempt drains."""

@@ -66,6 +66,16 @@ class RunPublic(PublicModel):
     finished_at: datetime | None
     updated_at: datetime
 
+    def next_attempt_start(self) -> "AttemptStart":
+        """What a backend starts the next attempt with: attempt 1 fresh, later ones as
+        recovery decided (its reason and the checkpoint to resume from)."""
+        if self.attempt_count == 0:
+            return AttemptStart(reason=AttemptReason.initial)
+        return AttemptStart(
+            reason=self.next_attempt_reason or AttemptReason.failure_retry,
+            resumed_from_checkpoint_id=self.resume_checkpoint_id,
+        )
+
 
 class PhaseReport(ApiModel):
     phase: Phase

@@ -22,13 +22,12 @@ from collections.abc import Iterable, Mapping
 import orjson
 
 from crucible.client import ApiError, CrucibleClient
+from crucible.client.http import TRANSIENT_STATUSES
 from crucible.schemas.metrics import KEY_PATTERN, MAX_BATCH_POINTS, MetricRowIn
 
 log = logging.getLogger(__name__)
 
 _KEY = re.compile(KEY_PATTERN)
-# Statuses worth retrying forever: the server or a proxy in front of it is unwell, or busy.
-_RETRYABLE = frozenset({0, 408, 425, 429, 500, 502, 503, 504})
 
 _Row = tuple[int, float, dict[str, float]]  # step, time, key -> value
 
@@ -266,7 +265,7 @@ class MetricShipper:
                     idempotency_key=key,
                 )
             except ApiError as exc:
-                if exc.status not in _RETRYABLE:
+                if exc.status not in TRANSIENT_STATUSES:
                     log.error(
                         "crucible: the API refused %d metric points, which are dropped: %s",
                         count,

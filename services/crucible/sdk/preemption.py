@@ -7,11 +7,12 @@ import threading
 from types import FrameType
 from typing import Any
 
-log = logging.getLogger(__name__)
+# What `run.finish(preempted=True)` exits with; crucible.sdk re-exports it.
+from crucible.domain.resources import PREEMPTED_EXIT_CODE
 
-PREEMPTED_EXIT_CODE = 143
-"""128 + SIGTERM: what a process killed by SIGTERM reports, so executors and Kubernetes read
-a checkpointed, preempted exit the same way as a preemption."""
+__all__ = ["PREEMPTED_EXIT_CODE", "PreemptionFlag"]
+
+log = logging.getLogger(__name__)
 
 
 class PreemptionFlag:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from crucible.core import eval_trigger, recovery
+from crucible.core import eval_trigger, events, recovery
 from crucible.db.engine import transaction
 from crucible.db.tables import OutboxMessage, Run
 from crucible.domain.enums import Backend, Phase
@@ -70,7 +70,7 @@ def _run_submitted(session: Session, payload: dict[str, Any]) -> str:
     if payload.get("backend") != Backend.kubernetes.value:
         return "local run: the executor picks it up"
     run = session.get_one(Run, payload["run_id"])
-    if run.k8s_uid is not None:
+    if run.k8s_uid is not None:  # (no longer enqueued for those; rows from before remain)
         return "applied with kubectl: its resource exists"
     if Phase(run.phase).is_terminal:
         return f"run is {run.phase}; no resource needed"
@@ -78,10 +78,10 @@ def _run_submitted(session: Session, payload: dict[str, Any]) -> str:
 
 
 HANDLERS: dict[str, Handler] = {
-    "attempt.ended": _attempt_ended,
-    "run.interrupted": _attempt_ended,
-    "checkpoint.registered": _checkpoint_registered,
-    "run.submitted": _run_submitted,
+    events.TOPIC_ATTEMPT_ENDED: _attempt_ended,
+    events.TOPIC_RUN_INTERRUPTED: _attempt_ended,
+    events.TOPIC_CHECKPOINT_REGISTERED: _checkpoint_registered,
+    events.TOPIC_RUN_SUBMITTED: _run_submitted,
 }
 """Topics without a handler (run.finished) are marked handled: nothing follows from them
 yet."""

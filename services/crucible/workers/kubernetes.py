@@ -17,21 +17,22 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from crucible.db.tables import Run
+from crucible.domain import resources
 
-RUN_ID_ANNOTATION = "crucible.dev/run-id"  # the operator's naming.ANNOTATION_RUN_ID
-NEXT_ATTEMPT_ANNOTATION = "crucible.dev/next-attempt"  # naming.ANNOTATION_NEXT_ATTEMPT
 log = logging.getLogger(__name__)
 
 
-KINDS = {"TrainingRun": "trainingruns", "RolloutJob": "rolloutjobs", "EvalJob": "evaljobs"}
+def _resource(kind: str) -> Any:
+    info = resources.KIND_BY_NAME[kind]
+    return create_namespaced_resource(resources.GROUP, resources.VERSION, info.kind, info.plural)
 
 
 @cache
 def _client() -> Client:
     """Built once per worker process, from KUBECONFIG or the in-cluster service account;
     lightkube learns the custom kinds here, so `codecs.from_dict` can load them."""
-    for kind, plural in KINDS.items():
-        create_namespaced_resource("crucible.dev", "v1alpha1", kind, plural)
+    for info in resources.KINDS:
+        _resource(info.kind)
     return Client(field_manager="crucible-workers")
 
 
@@ -45,7 +46,10 @@ def custom_resource(run: Run) -> dict[str, Any]:
             "name": run.k8s_name or run.name,
             "namespace": run.k8s_namespace,
             "labels": dict(metadata.get("labels") or {}),
-            "annotations": {**(metadata.get("annotations") or {}), RUN_ID_ANNOTATION: str(run.id)},
+            "annotations": {
+                **(metadata.get("annotations") or {}),
+                resources.ANNOTATION_RUN_ID: str(run.id),
+            },
         },
         "spec": manifest["spec"],
     }
@@ -93,8 +97,8 @@ def announce_next_attempt(due: DueAttempt) -> None:
     """Annotate the run's resource with the attempt that is due, so the operator (woken by
     the change) creates its pods now rather than at its next poll. Best effort: the poll
     still finds the run if this fails."""
-    resource = create_namespaced_resource("crucible.dev", "v1alpha1", due.kind, KINDS[due.kind])
-    patch = {"metadata": {"annotations": {NEXT_ATTEMPT_ANNOTATION: str(due.attempt)}}}
+    resource = _resource(due.kind)
+    patch = {"metadata": {"annotations": {resources.ANNOTATION_NEXT_ATTEMPT: str(due.attempt)}}}
     try:
         _client().patch(
             resource, due.name, patch, namespace=due.namespace, patch_type=PatchType.MERGE
@@ -107,7 +111,7 @@ def announce_next_attempt(due: DueAttempt) -> None:
 
 def existing_uids(kind: str, namespace: str) -> set[str]:
     """Uids of the resources of one kind in one namespace (one LIST, however many runs)."""
-    resource = create_namespaced_resource("crucible.dev", "v1alpha1", kind, KINDS[kind])
+    resource = _resource(kind)
     return {
         obj.metadata.uid
         for obj in _client().list(resource, namespace=namespace)
