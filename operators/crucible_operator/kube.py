@@ -2,8 +2,9 @@
 
 httpx's connection pool does bookkeeping over every queued request and every connection
 each time a request starts or ends. With 500 reconcile loops creating and patching pods in
-one burst, hundreds of requests queued in it and that bookkeeping took a fifth of the
-operator's event loop (py-spy, benchmarks/scheduling_vs_kubeflow.py at N = 500). Waiting
+one burst, hundreds of requests queued in it and that bookkeeping took a large share of
+the operator's event loop (the profile is in benchmarks/README.md, scheduling vs Kubeflow).
+Waiting
 on a semaphore instead costs nothing per waiter, and a few requests in flight keep the
 apiserver as busy as hundreds do.
 """

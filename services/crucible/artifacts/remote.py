@@ -90,9 +90,9 @@ def upload(local: Path, uri: str) -> None:
 def download(uri: str, local: Path) -> None:
     """Copy the file or directory at `uri` to `local` (which must not exist yet)."""
     fs, root = filesystem(uri)
-    # s3fs fetches an object over its block size (50 MiB) as ranges, 10 at a time, each held
-    # in memory until written: a 1 GiB dataset took 1.4 GiB of the trainer's memory. One
-    # stream writes as it reads, in 64 KiB pieces (benchmarks/README.md, dataset reads).
+    # s3fs fetches an object over its block size as ranges, several at a time, each held in
+    # memory until written, so a large dataset cost the trainer more memory than its size
+    # (benchmarks/README.md, dataset reads). One stream writes as it reads, in small pieces.
     streamed = {"max_concurrency": 1} if getattr(fs, "max_concurrency", None) else {}
     if fs.isdir(root):
         local.mkdir(parents=True)

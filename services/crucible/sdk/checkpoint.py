@@ -201,9 +201,9 @@ class CheckpointStore:
         # `writer.stage()`. That copies each tensor into the cached host buffers with a
         # blocking `copy_` and returns the staged dict itself, not a Future; async_save then
         # hands only that dict to the background thread that writes the files
-        # (torch/distributed/checkpoint/state_dict_saver.py of the pinned torch 2.15; the
-        # GPU benchmark's 0.36 s blocking saves on torch 2.11 went the same way). So the
-        # caller may change the weights (an optimizer step) as soon as `save` returns.
+        # (torch/distributed/checkpoint/state_dict_saver.py of the pinned torch 2.15, and of
+        # the torch the GPU benchmark of async saves ran). So the caller may change the
+        # weights (an optimizer step) as soon as `save` returns.
         written = _dcp("dcp_async_save")(
             state_dict,
             storage_writer=writer,
@@ -326,12 +326,12 @@ class CheckpointStore:
 
         It is made with `cache_staged_state_dict=True`: the first async save allocates host
         buffers for the whole state (pinned when an accelerator can pin them) and every later
-        one copies into the same buffers, which is what makes a later save cheap (a 1.3B model
-        with AdamW on an H200 blocked 11 s on the first save, 0.36 s on later ones;
-        benchmarks/gpu/README.md). The buffers stay allocated for the run. Reusing them is safe
-        because `save` waits for the previous write first. They fit only a state of the same
-        layout (keys, tensor shapes and dtypes): a state laid out otherwise gets a new writer,
-        whose first save allocates afresh.
+        one copies into the same buffers, which is what makes a later save cheap (the first
+        save's allocation dominates its blocking time; benchmarks/gpu/README.md). The
+        buffers stay allocated for the run. Reusing them is safe because `save` waits for the
+        previous write first. They fit only a state of the same layout (keys, tensor shapes
+        and dtypes): a state laid out otherwise gets a new writer, whose first save allocates
+        afresh.
 
         Remote URIs cache the same way: DCP's FsspecWriter is a FileSystemWriter, so it stages
         identically, and its `reset(uri)` re-resolves the filesystem from the URI, as its

@@ -6,9 +6,8 @@ which the handlers' exactly-once mark absorbs. Nothing committed is ever left un
 
 A message usually waits because the workers are behind, not because it was lost, so the
 wait before each republish doubles (30 s, 1, 2, 4, 8 min, then every 16 min): on a fixed
-period every unhandled row was republished every 30 s, and a backlog of 2,175 rows grew the
-broker's queue to 34,767 copies that the workers then had to read and discard
-(docs/scaling.md).
+period a backlog is copied into the broker again and again, and the workers then have to
+read and discard every copy (what that cost is measured in docs/scaling.md).
 """
 
 import logging

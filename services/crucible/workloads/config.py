@@ -167,12 +167,10 @@ class TrainConfig:
     only while it copies the state into host buffers kept between saves (pinned on a GPU),
     and the files are written and the checkpoint registered in the background while
     training goes on. For large models on GPUs, where a synchronous save stalls training for
-    the whole write (a 1.3B model with AdamW on an H200 blocked 11 s on the first save and
-    0.36 s on later ones, while the write took about 20 s; benchmarks/gpu/README.md). It
-    keeps a host-memory copy of the rank's weights and optimizer state for the rest of the
-    run. A checkpoint counts as saved only once it is registered: the trainer waits for the
-    save in flight before the next save, at the end of `train()` and before a preempted
-    attempt exits."""
+    the whole write (benchmarks/gpu/README.md measures both ways). It keeps a host-memory
+    copy of the rank's weights and optimizer state for the rest of the run. A checkpoint
+    counts as saved only once it is registered: the trainer waits for the save in flight
+    before the next save, at the end of `train()` and before a preempted attempt exits."""
 
     samples_per_prompt: int = 8
     """RL: samples per prompt (K) in the rollout dataset; advantages are normalised

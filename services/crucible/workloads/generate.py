@@ -30,9 +30,9 @@ TOP_P_BISECTION_STEPS = 32
 unless two probabilities differ by less than max(p) * 2**-32."""
 
 LARGE_BATCH = 128
-"""From this many rows `fast_generator` compiles the sampling and bisects the nucleus: on the
-H200 at batch 256 that made 113k tokens/s against 78k for the uncompiled sort, while at 32
-and below the three ways were within 5% (benchmarks/gpu/README.md, run 5)."""
+"""From this many rows `fast_generator` compiles the sampling and bisects the nucleus: that
+pays only at large batches, while at small ones the three ways come out alike
+(benchmarks/gpu/README.md has the sampling measurements)."""
 
 
 @dataclass
