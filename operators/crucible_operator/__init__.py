@@ -1,1 +1,2 @@
-"""The Kubernetes side of Crucible: custom resource definitions (and, later, the operator)."""
+"""The Kubernetes side of Crucible: the operator (`crucible operator`) and the custom
+resource definitions it serves."""

@@ -1,8 +1,8 @@
 """What changes in the control plane reaches the reconcile loops through one feed.
 
 Without it every loop asked the control plane about its run on every pass, and about new
-events every 10 s while running: at 1,000 runs that polling was two thirds of the control
-plane's work (docs/scaling.md). Every change a loop must react to records a run event
+events every 10 s while running: at scale that polling was most of the control plane's
+work (docs/scaling.md measured it). Every change a loop must react to records a run event
 (phase moves: cancel, recovery, the watchdog; preempt requests; new checkpoints), so one
 follower of GET /api/v1/events marks the changed runs and wakes their loops; the loops then
 read their run only when it changed, and otherwise reuse their last answer.
