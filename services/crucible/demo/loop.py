@@ -8,7 +8,7 @@ it names (`producedBy`, `initFrom: {run, checkpoint}`), so the loop runs the sam
 from dataclasses import dataclass
 from typing import Any
 
-from crucible.domain.specs import API_VERSION
+from crucible.domain.resources import API_VERSION
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ code of a workload that drained. The operator, the CRD generator, the workers, t
 the SDK and the control plane import them from here; a name spelled twice is two names."""
 
 from dataclasses import dataclass
+from typing import Final
 
-GROUP = "crucible.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+# Final, so its type is the literal itself, which the spec's `apiVersion` field is.
+API_VERSION: Final = "crucible.dev/v1alpha1"
+GROUP, _, VERSION = API_VERSION.partition("/")
 
 
 @dataclass(frozen=True)
