@@ -466,7 +466,18 @@ SUMMARY = Table(
 # --- against the alternatives (issue 9) --------------------------------------------------
 
 # Operator versions measured before a fix, kept in scheduling_vs_kubeflow.json's `runs`.
-EARLIER_OPERATORS = {"9cc75c7": "before the placement fix", "07c45b8": "before the event feed"}
+EARLIER_OPERATORS = {
+    "9cc75c7": "before the placement fix",
+    "07c45b8": "before the event feed",
+    "83c165e": "2026-11-30, not alternated",
+}
+
+
+def _recovery_cell(samples: Values, pooled: Values) -> str:
+    return (
+        f"{num(samples['median'], 1)} s ({num(samples['min'], 1)}–{num(samples['max'], 1)}; "
+        f"p99 {num(pooled['p99_s'], 1)})"
+    )
 
 
 def _runs_of(runs: Iterable[Mapping[str, Any]], jobs: int, code: str) -> list[Mapping[str, Any]]:
@@ -664,18 +675,20 @@ ALTERNATIVES = Table(
             status=_operator_cost_status,
         ),
         ComparisonRow(
-            label="preemption → Running again (50 preemptions each, alone on the machine)",
+            label="preemption → Running again (3 alternated samples of 50 preemptions each; "
+            "median of the samples' p50s, their range, the pooled p99)",
             file="recovery_vs_kubeflow.json",
             values={
-                "ours": "results.crucible.interruption_to_running_again",
-                "theirs": "baseline.interruption_to_running_again",
+                "ours": "results.crucible.p50_of_samples",
+                "ours_pooled": "results.crucible.interruption_to_running_again",
+                "theirs": "baseline.p50_of_samples",
+                "theirs_pooled": "baseline.interruption_to_running_again",
             },
-            ours=lambda v: f"{num(v['ours']['p50_s'], 1)} s (p99 {num(v['ours']['p99_s'], 1)})",
+            ours=lambda v: _recovery_cell(v["ours"], v["ours_pooled"]),
             theirs=lambda v: (
-                f"{num(v['theirs']['p50_s'], 1)} s (p99 {num(v['theirs']['p99_s'], 1)}; "
-                "the pod recreated)"
+                f"{_recovery_cell(v['theirs'], v['theirs_pooled'])}; the pod recreated"
             ),
-            status=lambda v: f"**{faster(v['theirs']['p50_s'] / v['ours']['p50_s'])}**",
+            status=lambda v: f"**{faster(v['theirs']['median'] / v['ours']['median'])}**",
         ),
         ComparisonRow(
             label="GPU-seconds lost per interruption, 16-GPU 24 h job checkpointing every 30 min",

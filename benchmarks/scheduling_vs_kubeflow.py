@@ -6,6 +6,7 @@ ports and state folder, so it never touches the test cluster).
     .venv/bin/python -m benchmarks.scheduling_vs_kubeflow scale      # N = 100, 500, 1000
     .venv/bin/python -m benchmarks.scheduling_vs_kubeflow recovery   # preemptions
     .venv/bin/python -m benchmarks.scheduling_vs_kubeflow down       # stop the private cluster
+    .venv/bin/python -m benchmarks.scheduling_vs_kubeflow rewrite    # medians + plot from the file
 
 `scale`: N PyTorchJobs (one master + `--workers` workers, `--gpus-per-pod` GPUs each)
 against N TrainingRuns of the same shape (nodes = 1 + workers, gpusPerNode), created 10 at
@@ -420,6 +421,9 @@ def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) ->
             raise SystemExit(f"N={n} needs {need} GPUs; {args.nodes} nodes have {args.nodes * 8}")
     pairs = [n for n in args.sizes for _ in range(args.repeats)]
     deadline = parse_deadline(args.deadline)
+    # Every measurement of this invocation carries it: Kubeflow's figures are pooled from
+    # the sitting of Crucible's newest ones only, so the two compare like for like.
+    sitting = datetime.now(UTC).isoformat(timespec="minutes")
     appended_to = len(results[CRUCIBLE])  # (results grow in the loop)
     for index, n in enumerate(pairs):
         # alternate who goes first, continuing from the measurements appended to, or from
@@ -455,7 +459,7 @@ def scale(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) ->
                 print(f"[bench] {system.name}: {result}", file=sys.stderr)
                 if system.name == CRUCIBLE:
                     result["operator_code"] = operator_code()
-                results[system.name].append(result | {"repeat": repeat})
+                results[system.name].append(result | {"repeat": repeat, "sitting": sitting})
                 write_scale(config, results, previous)
                 plot_scale(results, previous, args.nodes)
 
@@ -494,6 +498,24 @@ def current(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in runs if r.get("operator_code") == newest]
 
 
+def same_sitting(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Kubeflow's measurements taken in the sitting of Crucible's newest (all of them when
+    the newest has no sitting recorded: measured before sittings were)."""
+    newest = current(results[CRUCIBLE])
+    sitting = newest[-1].get("sitting") if newest else None
+    if sitting is None:
+        return results[KUBEFLOW]
+    return [r for r in results[KUBEFLOW] if r.get("sitting") == sitting]
+
+
+def rewrite() -> None:
+    """The medians, ratios and plot again from the measurements in the results file."""
+    kept = orjson.loads((RESULTS / "scheduling_vs_kubeflow.json").read_bytes())
+    results = {CRUCIBLE: kept["results"]["crucible"]["runs"], KUBEFLOW: kept["baseline"]["runs"]}
+    write_scale(kept["config"], results, kept.get("previous"))
+    plot_scale(results, kept.get("previous"), kept["config"].get("nodes"))
+
+
 def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
     """Medians over the complete measurements (those cut off counted apart)."""
     at = [r for r in runs if r["jobs"] == n and r.get("all_pods_running_s") is not None]
@@ -524,7 +546,7 @@ def write_scale(
     results: dict[str, list[dict[str, Any]]],
     previous: dict[str, Any] | None = None,
 ) -> None:
-    pooled = {CRUCIBLE: current(results[CRUCIBLE]), KUBEFLOW: results[KUBEFLOW]}
+    pooled = {CRUCIBLE: current(results[CRUCIBLE]), KUBEFLOW: same_sitting(results)}
     sizes = sorted({r["jobs"] for r in pooled[CRUCIBLE]} & {r["jobs"] for r in pooled[KUBEFLOW]})
     summary = {s: {str(n): summarize(pooled[s], n) for n in sizes} for s in (CRUCIBLE, KUBEFLOW)}
     ratio = {
@@ -557,7 +579,15 @@ def plot_scale(
     previous: dict[str, Any] | None = None,
     nodes: int | None = None,
 ) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # not in the project's lock: a benchmark-only tool
+        print(
+            "[bench] not drawn: matplotlib is missing (.venv/bin/uv pip install --python "
+            ".venv/bin/python matplotlib==3.11.2); the results file is written",
+            file=sys.stderr,
+        )
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -567,12 +597,13 @@ def plot_scale(
         (CRUCIBLE, "Crucible operator"),
         (KUBEFLOW, "Kubeflow training-operator v1"),
     ):
-        runs = current(results[system]) if system == CRUCIBLE else results[system]
+        runs = current(results[system]) if system == CRUCIBLE else same_sitting(results)
         for r in results[system]:
             if r not in runs and r.get("all_pods_running_s") is not None:
                 ax.plot(r["jobs"], r["all_pods_running_s"], marker="x", color="0.6")
+                earlier = r.get("operator_code") if system == CRUCIBLE else None
                 ax.annotate(
-                    f"before {runs[-1]['operator_code']}",
+                    f"Crucible {earlier}" if earlier else f"{label.split()[0]}, earlier sitting",
                     (r["jobs"], r["all_pods_running_s"]),
                     textcoords="offset points",
                     xytext=(6, 2),
@@ -711,6 +742,7 @@ async def measure_recovery(
     out: dict[str, Any] = {
         "interruptions": len(latencies),
         "interruption_to_running_again": percentiles(latencies),
+        "latencies": latencies,
     }
     if system.name == CRUCIBLE:
         out["replacements_resuming_from_latest_checkpoint"] = f"{resumed}/{expected_resumes}"
@@ -753,35 +785,72 @@ def loss_model(restart_s: dict[str, float], gpus: int) -> dict[str, Any]:
 
 
 def recovery(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator) -> None:
+    """`--repeats` samples per system, alternated (K C, C K, K C...), each a fresh namespace
+    and a freshly started operator; the headline is the median of the samples' p50s."""
     systems: list[System] = [Kubeflow(kubeflow), Crucible(stack)]
-    results: dict[str, Any] = {}
-    for system in systems:
-        namespace = h.create_namespace(f"r-{system.name[:2]}")
-        load_before = load()
-        with running(system, namespace):
-            result = asyncio.run(measure_recovery(system, stack, namespace, args.jobs, args.rounds))
-        results[system.name] = result | {"load_before": load_before, "load_after": load()}
-        print(f"[bench] {system.name}: {results[system.name]}", file=sys.stderr)
-    restart = {s: results[s]["interruption_to_running_again"]["p50_s"] for s in results}
+    samples: dict[str, list[dict[str, Any]]] = {KUBEFLOW: [], CRUCIBLE: []}
+    latencies: dict[str, list[float]] = {KUBEFLOW: [], CRUCIBLE: []}
+    for index in range(args.repeats):
+        for system in systems if index % 2 == 0 else systems[::-1]:
+            namespace = h.create_namespace(f"r-{system.name[:2]}-{index + 1}")
+            load_before = load()
+            with running(system, namespace):
+                result = asyncio.run(
+                    measure_recovery(system, stack, namespace, args.jobs, args.rounds)
+                )
+            measured = result.pop("latencies")
+            latencies[system.name] += measured
+            sample = result | {"sample": index + 1, "load_before": load_before}
+            sample["load_after"] = load()
+            samples[system.name].append(sample)
+            print(f"[bench] {system.name}: {sample}", file=sys.stderr)
+
+    def summary(name: str) -> dict[str, Any]:
+        p50s = [s["interruption_to_running_again"]["p50_s"] for s in samples[name]]
+        return {
+            # pooled over every sample's interruptions
+            "interruption_to_running_again": percentiles(latencies[name]),
+            "p50_of_samples": {
+                "median": round(statistics.median(p50s), 3),
+                "min": min(p50s),
+                "max": max(p50s),
+            },
+            "samples": samples[name],
+        }
+
+    results = {name: summary(name) for name in (CRUCIBLE, KUBEFLOW)}
+    restart = {n: results[n]["p50_of_samples"]["median"] for n in results}
     config = {
         "jobs": args.jobs,
         "rounds": args.rounds,
+        "samples_per_system": args.repeats,
+        "order": "alternated: Kubeflow then Crucible in odd samples, Crucible then Kubeflow "
+        "in even ones; each sample a fresh namespace and a freshly started operator",
+        "nodes": args.nodes,
         "shape": f"1 master + 1 worker, {GPUS_PER_NODE} GPUs per pod",
         "interruption": "the worker pod (rank 1): DisruptionTarget PreemptionByScheduler, then "
         "deleted (tests/k8s/cluster_helpers.disrupt_pod)",
         "kubeflow": "restartPolicy ExitCode (143 is retryable), backoffLimit 1000",
         "crucible": "recovery.backoffSeconds 0 (the policy's own wait is not latency); a "
         "checkpoint registered through the API before each interruption",
+        "operator_code": operator_code(),
+        "note": args.note,
         **kubeflow_versions(),
     }
+    ratios = [
+        c["interruption_to_running_again"]["p50_s"] / k["interruption_to_running_again"]["p50_s"]
+        for c, k in zip(samples[CRUCIBLE], samples[KUBEFLOW], strict=True)
+    ]
     write(
         "recovery_vs_kubeflow",
         config,
         {"crucible": results[CRUCIBLE], "loss_model": loss_model(restart, 2 * GPUS_PER_NODE)},
         baseline=results[KUBEFLOW],
         ratio={
-            "definition": "Crucible's median time to Running again / Kubeflow's",
+            "definition": "Crucible's median time to Running again / Kubeflow's (medians of "
+            "the samples' p50s); per_sample: the ratio within each alternated pair",
             "time_to_running_again": round(restart[CRUCIBLE] / restart[KUBEFLOW], 2),
+            "per_sample": [round(r, 2) for r in ratios],
         },
     )
 
@@ -791,11 +860,14 @@ def recovery(args: argparse.Namespace, stack: Stack, kubeflow: KubeflowOperator)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", choices=["scale", "recovery", "down"])
+    parser.add_argument("which", choices=["scale", "recovery", "rewrite", "down"])
     parser.add_argument("--nodes", type=int, default=1000, help="kwok nodes, 8 GPUs each")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 500, 1000])
     parser.add_argument(
-        "--repeats", type=int, default=2, help="per size (list a size twice to repeat only it)"
+        "--repeats",
+        type=int,
+        default=3,
+        help="scale: per size (list a size twice to repeat only it); recovery: samples per system",
     )
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--gpus-per-pod", type=int, default=2)
@@ -827,6 +899,9 @@ def main() -> None:
         os.environ.setdefault(key, value)
     if args.which == "down":
         print(h.cluster_command("down").stderr, file=sys.stderr)
+        return
+    if args.which == "rewrite":
+        rewrite()
         return
     cluster = h.cluster_up(nodes=args.nodes)
     env = cluster.env()
