@@ -199,7 +199,7 @@ def _sdk_measured(v: Values) -> str:
         f"on a {v['cores']}-core host (quartiles of {v['rounds']} alternated rounds "
         f"{num(spread['p25'], 1)}% to {num(spread['p75'], 1)}%; two identical blocks differ by "
         f"{num(control['p25'], 1)}% to {num(control['p75'], 1)}% there); the SDK's own CPU "
-        f"{num(v['cpu'], 2)}%"
+        f"{num(v['cpu'], 2)}%; flush interval {num(v['interval'], 1)} s (the SDK's default: 2 s)"
     )
 
 
@@ -327,6 +327,7 @@ SUMMARY = Table(
                 "cores": "machine.cores",
                 "rounds": "config.rounds",
                 "cpu": "results.cpu_accounted_pct_worst_kind",
+                "interval": "config.flush_interval_s",
             },
             target=lambda v: f"≤ {num(v['target'])}%",
             measured=_sdk_measured,

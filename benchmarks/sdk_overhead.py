@@ -240,16 +240,17 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200, help="steps per block")
+    parser.add_argument("--steps", type=int, default=400, help="steps per block")
     parser.add_argument("--step-ms", type=float, default=10.0)
     parser.add_argument("--metrics", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument(
         "--flush-interval",
         type=float,
-        default=0.5,
-        help="the SDK's (default 2 s): shorter than a block, so that most sending happens "
-        "inside the block it belongs to; smaller batches cost the SDK more, not less",
+        default=2.0,
+        help="seconds; the SDK's default. A block is two intervals long, and what is left at "
+        "its end is sent by the flush after it, whose CPU counts too (so a block sends two "
+        "or three batches where a steady loop sends two)",
     )
     parser.add_argument("--kinds", default="matmul,python")
     args = parser.parse_args()
@@ -287,8 +288,8 @@ def main() -> None:
             "rounds": args.rounds,
             "server": "crucible server subprocess, embedded SQLite, same machine",
             "flush_interval_s": args.flush_interval,
-            "sdk": "crucible.init() defaults but the flush interval: 1,000,000-point buffer, "
-            "heartbeat every 15 s",
+            "sdk": "crucible.init() defaults (1,000,000-point buffer, heartbeat every 15 s), "
+            "the flush interval as given",
             "design": "rounds of three blocks (without, with, without); overhead = with / mean "
             "of the two without; control = second without / first without",
         },
