@@ -94,7 +94,7 @@ def register_checkpoint(
     enqueue(
         session,
         topic=TOPIC_CHECKPOINT_REGISTERED,
-        dedupe_key=f"{TOPIC_CHECKPOINT_REGISTERED}:{checkpoint.id}",
+        key=str(checkpoint.id),
         payload={
             "checkpoint_id": checkpoint.id,
             "run_id": run.id,

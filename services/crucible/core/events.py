@@ -27,12 +27,14 @@ def record_event(
     session.add(RunEvent(run_id=run_id, type=type, reason=reason, message=message, data=data or {}))
 
 
-def enqueue(session: Session, *, topic: str, dedupe_key: str, payload: dict[str, Any]) -> None:
+def enqueue(session: Session, *, topic: str, key: str, payload: dict[str, Any]) -> None:
     """Add a follow-up for the workers; committed or rolled back with the change it follows.
 
-    The dedupe key makes the enqueue itself idempotent: a retried request that already
+    `key` names this follow-up among the topic's (a run id, `<run>:<attempt>`); the dedupe
+    key `<topic>:<key>` makes the enqueue itself idempotent: a retried request that already
     enqueued this follow-up adds nothing.
     """
+    dedupe_key = f"{topic}:{key}"
     exists = session.scalar(select(OutboxMessage.id).where(OutboxMessage.dedupe_key == dedupe_key))
     if exists is None:
         session.add(OutboxMessage(topic=topic, dedupe_key=dedupe_key, payload=payload))

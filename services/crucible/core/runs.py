@@ -143,7 +143,7 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         enqueue(
             session,
             topic=TOPIC_RUN_SUBMITTED,
-            dedupe_key=f"{TOPIC_RUN_SUBMITTED}:{run.id}",
+            key=str(run.id),
             payload={"run_id": run.id, "backend": run.backend},
         )
     return RunPublic.model_validate(run)
@@ -303,7 +303,7 @@ def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str
         enqueue(
             session,
             topic=TOPIC_RUN_INTERRUPTED,
-            dedupe_key=f"{TOPIC_RUN_INTERRUPTED}:{run.id}:{run.attempt_count}",
+            key=f"{run.id}:{run.attempt_count}",
             payload={"run_id": run.id, "attempt": run.attempt_count},
         )
     if phase.is_terminal:
@@ -311,7 +311,7 @@ def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str
         enqueue(
             session,
             topic=TOPIC_RUN_FINISHED,
-            dedupe_key=f"{TOPIC_RUN_FINISHED}:{run.id}",
+            key=str(run.id),
             payload={"run_id": run.id, "phase": phase.value},
         )
     record_event(
@@ -428,7 +428,7 @@ def end_attempt(
     enqueue(
         session,
         topic=TOPIC_ATTEMPT_ENDED,
-        dedupe_key=f"{TOPIC_ATTEMPT_ENDED}:{run.id}:{number}",
+        key=f"{run.id}:{number}",
         payload={
             "run_id": run.id,
             "attempt": number,
