@@ -188,17 +188,24 @@ def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
 
     # kopf posts events from a background queue, so the last one can land a moment after the
     # status it follows: wait for it rather than read once.
+    seen: set[str] = set()
+
     def k8s_event_reasons() -> set[str]:
         items = h.kubectl_json(
             "get", "events", "--field-selector", "involvedObject.name=sft", namespace=ns
         )["items"]
-        return {e["reason"] for e in items}
+        seen.update(e["reason"] for e in items)
+        return seen
 
-    stack.wait_for(
-        "the run's Kubernetes events",
-        lambda: {"Registered", "AttemptStarted", "Running", "Completed"} <= k8s_event_reasons(),
-        seconds=30,
-    )
+    expected_reasons = {"Registered", "AttemptStarted", "Running", "Completed"}
+    try:
+        stack.wait_for(
+            "the run's Kubernetes events",
+            lambda: expected_reasons <= k8s_event_reasons(),
+            seconds=30,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"events seen: {sorted(seen)}; {exc}") from None
 
 
 def test_a_gang_that_cannot_fit_waits_unschedulable_and_binds_nothing(
