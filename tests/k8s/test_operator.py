@@ -194,6 +194,7 @@ def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
         items = h.kubectl_json(
             "get", "events", "--field-selector", "involvedObject.name=sft", namespace=ns
         )["items"]
+        seen.clear()  # the latest read, for the failure's message
         seen.update(e["reason"] for e in items)
         return seen
 
