@@ -38,8 +38,8 @@ class OperatorContext:
     reservations: Reservations = field(default_factory=Reservations)
     eligibility: Eligibility = field(default_factory=Eligibility)
     node_ready: dict[str, bool] = field(default_factory=dict)
-    # run uid -> (generation, next-attempt annotation) its loop was last woken for
-    seen_versions: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    # run uid -> the generation its loop was last woken for
+    seen_versions: dict[str, int] = field(default_factory=dict)
     changes: RunChanges = field(default_factory=RunChanges)  # told by the event feed
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

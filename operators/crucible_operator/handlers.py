@@ -114,13 +114,10 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
         ctx = memo_context(memo)
         if uid not in ctx.wakeups:
             return
-        # A new spec, the next attempt announced by recovery, or a deletion. Not the loop's
-        # own status writes, which come back as events too: waking on those doubled the
-        # passes.
-        version = (
-            int(meta.get("generation") or 0),
-            (meta.get("annotations") or {}).get(naming.ANNOTATION_NEXT_ATTEMPT),
-        )
+        # A new spec or a deletion. Not the loop's own status writes, which come back as
+        # events too: waking on those doubled the passes. (What the control plane decides,
+        # recovery's next attempt among it, comes through the event feed.)
+        version = int(meta.get("generation") or 0)
         if ctx.seen_versions.get(uid) != version or meta.get("deletionTimestamp"):
             ctx.seen_versions[uid] = version
             ctx.wake(uid)

@@ -3,7 +3,6 @@ and the tests agree on them. The names other processes share (group, kinds, anno
 the run label) are `crucible.domain.resources`'s, re-exported here for the operator."""
 
 from crucible.domain.resources import (
-    ANNOTATION_NEXT_ATTEMPT,
     ANNOTATION_RUN_ID,
     GROUP,
     KIND_BY_NAME,
@@ -14,7 +13,6 @@ from crucible.domain.resources import (
 )
 
 __all__ = [
-    "ANNOTATION_NEXT_ATTEMPT",
     "ANNOTATION_RUN_ID",
     "GROUP",
     "KINDS",

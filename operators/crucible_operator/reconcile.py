@@ -435,6 +435,8 @@ class Pass:
         self.tracked.stopping = None
         self.tracked.started = False
         self.ctx.metrics.attempt_ends.labels(self.kind, verdict.reason).inc()
+        if self.latest is not None and self.latest.phase is Phase.Scheduling:
+            return 0.0  # the report's answer is recovery's: the next attempt is due now
         return POLL_SOON
 
     async def _stop_after_end(self, run: RunPublic) -> None:

@@ -15,7 +15,7 @@ from crucible.executor.gpus import GpuPool
 from crucible.executor.launch import build_command
 from crucible.executor.local import LocalExecutor
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.schemas.runs import RunPublic, RunSubmit
+from crucible.schemas.runs import RunEventPublic, RunPublic, RunSubmit
 from tests.servers import LocalServer
 
 TRAP_SIGTERM = """
@@ -62,6 +62,16 @@ def phase_of(api: CrucibleClient, run_id: int) -> str:
     return api.get_run(run_id).phase.value
 
 
+def interruptions(api: CrucibleClient, run_id: int) -> list[RunEventPublic]:
+    """The run's moves to Interrupted: recovery decides in the same transaction as the
+    report, so the phase itself is already the decision's when the report returns."""
+    return [
+        e
+        for e in api.list_events(run_id)
+        if e.type == "PhaseChanged" and e.data.get("phase") == "Interrupted"
+    ]
+
+
 def test_success_records_phases_attempt_env_and_log(
     live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
@@ -85,7 +95,7 @@ def test_success_records_phases_attempt_env_and_log(
 def test_non_zero_exit_interrupts_the_run_for_recovery(
     live_server: LocalServer, live_api: CrucibleClient
 ) -> None:
-    # Retry or fail is the recovery worker's decision (tests/workers); the executor reports.
+    # Retry or fail is recovery's decision (tests/workers); the executor reports.
     # The workload leaves its last sentence where the contract says, as a pod would in
     # /dev/termination-log; the attempt's end carries it.
     code = (
@@ -94,11 +104,11 @@ def test_non_zero_exit_interrupts_the_run_for_recovery(
     )
     run = submit(live_api, "bad-run", code)
     executor = make_executor(live_server, live_api, [])
-    tick_until(executor, lambda: phase_of(live_api, run.id) == "Interrupted")
+    tick_until(executor, lambda: bool(interruptions(live_api, run.id)))
     attempt = live_api.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("ErrorExit", 3)
     assert "exit code 3: the tokenizer file is missing" in attempt.message
-    interrupted = live_api.get_run(run.id)
+    (interrupted,) = interruptions(live_api, run.id)
     assert interrupted.reason == "ErrorExit" and "exit code 3" in interrupted.message
 
 
@@ -110,7 +120,7 @@ def test_preempt_sends_sigterm_and_ends_the_attempt_as_interrupted(
     tick_until(executor, lambda: phase_of(live_api, run.id) == "Running")
     tick_until(executor, lambda: "training" in executor.log_path(run.id, 1).read_text())
     assert executor.preempt(run.id)
-    tick_until(executor, lambda: phase_of(live_api, run.id) == "Interrupted")
+    tick_until(executor, lambda: bool(interruptions(live_api, run.id)))
     attempt = live_api.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("Preempted", 143)
     assert "checkpointed on SIGTERM" in executor.log_path(run.id, 1).read_text()
@@ -167,10 +177,13 @@ def test_runs_left_running_by_a_dead_executor_are_interrupted(
     crashed = make_executor(live_server, live_api, [])
     tick_until(crashed, lambda: phase_of(live_api, run.id) == "Running")
     make_executor(live_server, live_api, []).adopt_orphans()
-    assert phase_of(live_api, run.id) == "Interrupted"
+    assert [e.reason for e in interruptions(live_api, run.id)] == ["NodeLost"]
     assert live_api.list_attempts(run.id)[0].end_reason == "NodeLost"
+    adopted = phase_of(live_api, run.id)
     crashed.shutdown()  # its late exit report must not overrule the adopted state
-    assert phase_of(live_api, run.id) == "Interrupted"
+    assert phase_of(live_api, run.id) == adopted
+    assert [e.reason for e in interruptions(live_api, run.id)] == ["NodeLost"]
+    assert live_api.list_attempts(run.id)[0].end_reason == "NodeLost"
 
 
 def test_run_loop_stops_cleanly(live_server: LocalServer, live_api: CrucibleClient) -> None:

@@ -309,12 +309,13 @@ def test_alerts_and_dashboard_use_metrics_crucible_exports(cluster: h.Cluster) -
     from sqlalchemy import create_engine
     from sqlalchemy.orm import sessionmaker
 
+    from crucible import process_metrics
     from crucible.api.observability import ApiMetrics
-    from crucible.workers import metrics as worker_metrics
+    from crucible.workers import metrics  # noqa: F401  (its metrics join that registry)
 
     engine = create_engine("sqlite://")
     exported: set[str] = set()
-    registries = [ApiMetrics(engine, sessionmaker(engine)).registry, worker_metrics.REGISTRY]
+    registries = [ApiMetrics(engine, sessionmaker(engine)).registry, process_metrics.REGISTRY]
     for registry in registries:
         for family in registry.collect():
             suffixes = {

@@ -3,6 +3,7 @@ wait for their producers, recovery by budget, exactly one eval per checkpoint an
 the heartbeat watchdog. Messages are delivered by the same functions both worker modes use."""
 
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -329,6 +330,72 @@ def test_preemption_resumes_from_the_latest_checkpoint_after_the_backoff(
     assert run_of(admin, run["id"])["phase"] == "Scheduling"
     drain(app)  # the attempt.ended message again: nothing more happens
     assert run_of(admin, run["id"])["phase"] == "Scheduling"
+
+
+def test_the_report_completing_the_facts_answers_with_the_decision(
+    admin: TestClient, app: FastAPI
+) -> None:
+    """No worker runs here until the end: the Interrupted report itself answers with the
+    next attempt due and the checkpoint it resumes from, and a retry of that report (its
+    answer lost) changes nothing."""
+    make_project(admin)
+    run = submit_kind(admin, "TrainingRun", "sft", recovery={"backoffSeconds": 0})
+    first = running(admin, run["id"])
+    latest = register_checkpoint(admin, run["id"], 300)
+    ended = admin.post(
+        f"{API}/runs/{run['id']}/attempts/{first}/end",
+        json={"end_reason": "Preempted", "exit_code": 143},
+    )
+    assert ended.status_code == 200, ended.text
+    answer = admin.post(
+        f"{API}/runs/{run['id']}/phase", json={"phase": "Interrupted", "reason": "Preempted"}
+    )
+    assert answer.status_code == 200, answer.text
+    decided = answer.json()
+    assert (decided["phase"], decided["next_attempt_reason"]) == ("Scheduling", "preemption")
+    assert decided["resume_checkpoint_id"] == latest["id"]
+
+    retried = admin.post(
+        f"{API}/runs/{run['id']}/phase", json={"phase": "Interrupted", "reason": "Preempted"}
+    )
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["phase"] == "Scheduling"
+    events = admin.get(f"{API}/runs/{run['id']}/events").json()
+    assert [e["type"] for e in events].count("RecoveryScheduled") == 1
+    assert [e["data"].get("phase") for e in events].count("Interrupted") == 1
+
+    drain(app)  # the follow-up checks the chosen checkpoint's digest, and decides nothing
+    types = [e["type"] for e in admin.get(f"{API}/runs/{run['id']}/events").json()]
+    assert types.count("CheckpointVerified") == 1 and types.count("RecoveryScheduled") == 1
+    assert run_of(admin, run["id"])["resume_checkpoint_id"] == latest["id"]
+
+
+def test_a_chosen_checkpoint_that_fails_its_digest_is_replaced_before_the_attempt_starts(
+    admin: TestClient, app: FastAPI
+) -> None:
+    make_project(admin)
+    run = submit_kind(admin, "TrainingRun", "sft", recovery={"backoffSeconds": 30})
+    first = running(admin, run["id"])
+    intact = register_checkpoint(admin, run["id"], 100)
+    content = f"altered in place later {uuid.uuid4().hex}"  # a folder of this test's own
+    altered = register_checkpoint(admin, run["id"], 200, content=content)
+    shard = Path(altered["uri"].removeprefix("file://")) / "state"
+    shard.write_text(content.upper())  # same size: only the digest can tell
+    end_badly(admin, run["id"], first, "Preempted", 143)
+    # Decided at the report, from what can be told without reading the files.
+    assert run_of(admin, run["id"])["resume_checkpoint_id"] == altered["id"]
+
+    drain(app)
+    recovering = run_of(admin, run["id"])
+    assert recovering["phase"] == "Recovering"
+    assert recovering["resume_checkpoint_id"] == intact["id"]
+    damaged = [
+        e
+        for e in admin.get(f"{API}/runs/{run['id']}/events").json()
+        if e["type"] == "CheckpointDamaged"
+    ]
+    assert [e["data"]["checkpoint_id"] for e in damaged] == [altered["id"]]
+    assert f"{altered['digest']} was registered" in damaged[0]["message"]
 
 
 def test_interruptions_and_failures_are_counted_apart(admin: TestClient, app: FastAPI) -> None:

@@ -12,12 +12,12 @@ import re
 from sqlalchemy.orm import Session
 
 from crucible.core.access import SYSTEM
-from crucible.core.runs import parse_manifest, submit_run
+from crucible.core.runs import submit_run
 from crucible.db.tables import Checkpoint, Project, Run
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.domain.enums import Backend
 from crucible.domain.resources import API_VERSION, TAG_CHECKPOINT, TAG_EVALUATES_RUN
-from crucible.domain.specs import MAX_RUN_NAME, EvalPolicy, TrainingRunManifest
+from crucible.domain.specs import MAX_RUN_NAME, EvalPolicy, TrainingRunManifest, parse_manifest
 from crucible.schemas.runs import RunSubmit
 
 

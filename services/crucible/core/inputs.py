@@ -20,7 +20,8 @@ from crucible.core.access import Principal
 from crucible.core.checkpoints import BestMode, best_live_checkpoint
 from crucible.core.datasets import version_by_ref
 from crucible.core.events import TOPIC_CHECKPOINT_REGISTERED
-from crucible.core.runs import load_run, move_run, parse_manifest
+from crucible.core.runs import load_run
+from crucible.core.transitions import move_run
 from crucible.db.tables import Artifact, Checkpoint, Dataset, DatasetVersion, OutboxMessage, Run
 from crucible.domain import reasons
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME, artifact_refs
@@ -32,6 +33,7 @@ from crucible.domain.specs import (
     EvalJobManifest,
     RolloutJobManifest,
     TrainingRunManifest,
+    parse_manifest,
 )
 from crucible.schemas.lineage import RunInputCreate
 from crucible.schemas.runs import InputsResolution

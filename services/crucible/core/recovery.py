@@ -7,21 +7,22 @@ twenty times must not use up the one retry a genuine bug gets.
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from crucible import process_metrics
 from crucible.artifacts import remote, storage
 from crucible.artifacts.digest import content_of
 from crucible.core.events import record_event
-from crucible.core.runs import move_run, parse_manifest
+from crucible.core.transitions import move_run
 from crucible.db.tables import Attempt, Checkpoint, Run, RunEvent
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Phase
-from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest
+from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest, parse_manifest
 
 log = logging.getLogger(__name__)
 
@@ -91,19 +92,47 @@ def recovery_policy(run: Run) -> RecoveryPolicy:
     return RecoveryPolicy()  # rollouts and evals get the defaults
 
 
+def decide_at_end(session: Session, run: Run) -> Outcome | None:
+    """The decision, in the transaction of the backend's report that completes its facts
+    (the attempt ended and the run Interrupted), so the report's answer already says what
+    comes next. The checkpoint to resume from is checked for presence and size here; its
+    digest is checked by the workers afterwards (`on_attempt_ended`) and by the SDK before
+    it loads anything. None when a fact is still missing (the other report decides)."""
+    if Phase(run.phase) is not Phase.Interrupted:
+        return None
+    attempts = _attempts(session, run)
+    if not attempts or attempts[-1].end_reason is None:
+        return None
+    return _decide(session, run, attempts, present_checkpoint)
+
+
 def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
-    """Handle `attempt.ended`: decide for an Interrupted run. Idempotent: a run that is not
-    Interrupted, or whose latest attempt is another, is left alone."""
+    """Handle `attempt.ended` and `run.interrupted`: decide for a run still Interrupted (the
+    watchdog's, one that waited for its storage), with the digest checked; after a decision
+    taken at the report, check the digest of the checkpoint it chose. Idempotent."""
     run = session.get(Run, run_id, with_for_update=True)
     if run is None:
         return Outcome("none", "", "run gone")
+    attempts = _attempts(session, run)
+    if not attempts or attempts[-1].number != attempt or attempts[-1].end_reason is None:
+        return _verify_chosen(session, run, attempt)
     if Phase(run.phase) is not Phase.Interrupted:
-        return Outcome("none", "", f"run is {run.phase}; nothing to recover")
-    attempts = list(
+        return _verify_chosen(session, run, attempt)
+    return _decide(session, run, attempts, resume_checkpoint)
+
+
+def _attempts(session: Session, run: Run) -> list[Attempt]:
+    return list(
         session.scalars(select(Attempt).where(Attempt.run_id == run.id).order_by(Attempt.number))
     )
-    if not attempts or attempts[-1].number != attempt or attempts[-1].end_reason is None:
-        return Outcome("none", "", "a later attempt exists")
+
+
+def _decide(
+    session: Session,
+    run: Run,
+    attempts: Sequence[Attempt],
+    choose: Callable[[Session, Run], Checkpoint | None],
+) -> Outcome:
     decision = decide(recovery_policy(run), [a.end_reason or "" for a in attempts])
     last = attempts[-1]
     if not decision.retry:
@@ -115,9 +144,10 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
             f"attempt {last.number} ended with {last.end_reason} ({decision.summary}): "
             f"{last.message or 'no message'}",
         )
+        process_metrics.RECOVERIES.labels(last.end_reason or "", "fail").inc()
         return Outcome("fail", last.end_reason or "", decision.fail_reason)
     try:
-        checkpoint = resume_checkpoint(session, run)
+        checkpoint = choose(session, run)
     except remote.StorageUnavailable as exc:
         # Deciding now could only resume from scratch. The run stays Interrupted, untouched,
         # and the stranded-run sweep decides again once the storage answers.
@@ -148,7 +178,48 @@ def on_attempt_ended(session: Session, *, run_id: int, attempt: int) -> Outcome:
             "delay_seconds": decision.delay_seconds,
         },
     )
+    process_metrics.RECOVERIES.labels(last.end_reason or "", "retry").inc()
     return Outcome("retry", last.end_reason or "", message)
+
+
+def _verify_chosen(session: Session, run: Run, attempt: int) -> Outcome:
+    """Check the digest of the checkpoint the decision after `attempt` chose, once. A damaged
+    one is retired; if the next attempt has not started yet it resumes from the newest intact
+    one instead, and if it has, its SDK refuses the files before loading them."""
+    chosen = run.resume_checkpoint_id
+    if chosen is None or run.attempt_count not in (attempt, attempt + 1):
+        return Outcome("none", "", f"run is {run.phase}; nothing to recover or verify")
+    checkpoint = session.get(Checkpoint, chosen)
+    if checkpoint is None or checkpoint.deleted_at is not None or _verified(session, run, chosen):
+        return Outcome("none", "", f"checkpoint {chosen} already checked")
+    try:
+        problem = checkpoint_problem(checkpoint)
+    except remote.StorageUnavailable as exc:
+        return Outcome("none", "", f"checkpoint {chosen} not checked: {exc}")
+    if problem is None:
+        record_event(
+            session,
+            run_id=run.id,
+            type=reasons.EVENT_CHECKPOINT_VERIFIED,
+            message=f"checkpoint at step {checkpoint.step} matches its registered digest",
+            data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
+        )
+        return Outcome("none", "", f"checkpoint {chosen} verified")
+    _retire_damaged(session, run, checkpoint, problem)
+    if run.attempt_count == attempt and Phase(run.phase) in (Phase.Recovering, Phase.Scheduling):
+        replacement = resume_checkpoint(session, run)
+        run.resume_checkpoint_id = replacement.id if replacement is not None else None
+        session.flush()
+    return Outcome("none", "", f"checkpoint {chosen} damaged: {problem}")
+
+
+def _verified(session: Session, run: Run, checkpoint_id: int) -> bool:
+    data = session.scalars(
+        select(RunEvent.data).where(
+            RunEvent.run_id == run.id, RunEvent.type == reasons.EVENT_CHECKPOINT_VERIFIED
+        )
+    )
+    return any(d.get("checkpoint_id") == checkpoint_id for d in data)
 
 
 def _note_waiting_for_storage(session: Session, run: Run, problem: str) -> None:
@@ -217,46 +288,67 @@ def resume_checkpoint(session: Session, run: Run) -> Checkpoint | None:
         problem = checkpoint_problem(checkpoint)
         if problem is None:
             return checkpoint
-        checkpoint.deleted_at = datetime.now(UTC)
-        record_event(
-            session,
-            run_id=run.id,
-            type=reasons.EVENT_CHECKPOINT_DAMAGED,
-            reason="DigestMismatch",
-            message=f"checkpoint at step {checkpoint.step} is not resumable: {problem}",
-            data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
-        )
+        _retire_damaged(session, run, checkpoint, problem)
     return None
 
 
-def checkpoint_problem(checkpoint: Checkpoint) -> str | None:
-    """Why the checkpoint's files cannot be trusted, or None. The SDK checks the digest again
-    before it loads one. Raises `StorageUnavailable` when object storage does not answer:
-    a store that is down says nothing about the checkpoint, so nothing is retired for it."""
+def present_checkpoint(session: Session, run: Run) -> Checkpoint | None:
+    """The run's latest checkpoint whose files are there with their registered size: what
+    can be told without reading them. One that is not is retired, and the one before tried."""
+    candidates = session.scalars(
+        select(Checkpoint)
+        .where(Checkpoint.run_id == run.id, Checkpoint.deleted_at.is_(None))
+        .order_by(Checkpoint.step.desc())
+    )
+    for checkpoint in candidates:
+        problem = checkpoint_problem(checkpoint, read=False)
+        if problem is None:
+            return checkpoint
+        _retire_damaged(session, run, checkpoint, problem)
+    return None
+
+
+def _retire_damaged(session: Session, run: Run, checkpoint: Checkpoint, problem: str) -> None:
+    checkpoint.deleted_at = datetime.now(UTC)
+    record_event(
+        session,
+        run_id=run.id,
+        type=reasons.EVENT_CHECKPOINT_DAMAGED,
+        reason="DigestMismatch",
+        message=f"checkpoint at step {checkpoint.step} is not resumable: {problem}",
+        data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
+    )
+
+
+def checkpoint_problem(checkpoint: Checkpoint, *, read: bool = True) -> str | None:
+    """Why the checkpoint's files cannot be trusted, or None. With `read` False only their
+    presence and size are checked, not their digest. The SDK checks the digest again before
+    it loads one. Raises `StorageUnavailable` when object storage does not answer: a store
+    that is down says nothing about the checkpoint, so nothing is retired for it."""
     path = storage.local_path(checkpoint.uri)
     if path is None:
-        return _remote_problem(checkpoint)
+        return _remote_problem(checkpoint, read=read)
     if not path.exists():
         return f"{path} is missing"
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     if size != checkpoint.size_bytes:
         return f"{path} holds {size} bytes, {checkpoint.size_bytes} were registered"
-    if size <= FULL_VERIFY_MAX_BYTES:
+    if read and size <= FULL_VERIFY_MAX_BYTES:
         actual = content_of(path).digest
         if actual != checkpoint.digest:
             return f"{path} has digest {actual}, {checkpoint.digest} was registered"
     return None
 
 
-def _remote_problem(checkpoint: Checkpoint) -> str | None:
+def _remote_problem(checkpoint: Checkpoint, *, read: bool) -> str | None:
     try:
         size = remote.size(checkpoint.uri)
         if size is None:
             return f"{checkpoint.uri} is missing"
         if size != checkpoint.size_bytes:
             return f"{checkpoint.uri} holds {size} bytes, {checkpoint.size_bytes} were registered"
-        if size > FULL_VERIFY_MAX_BYTES:
+        if not read or size > FULL_VERIFY_MAX_BYTES:
             return None
         found = remote.content(checkpoint.uri)
     except remote.StorageUnavailable:

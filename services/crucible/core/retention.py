@@ -14,12 +14,11 @@ from sqlalchemy.orm import Session
 
 from crucible.core.checkpoints import BestMode, best_live_checkpoint
 from crucible.core.events import TOPIC_CHECKPOINT_REGISTERED, record_event
-from crucible.core.runs import parse_manifest
 from crucible.db.tables import Checkpoint, OutboxMessage, Run, RunInput
 from crucible.domain import reasons
 from crucible.domain.enums import Phase, RunKind
 from crucible.domain.resources import TAG_CHECKPOINT
-from crucible.domain.specs import TrainingRunManifest
+from crucible.domain.specs import TrainingRunManifest, parse_manifest
 
 
 @dataclass(frozen=True)

@@ -1,34 +1,30 @@
 """Runs: submit, read, cancel, and the phase and attempt reports of the operator/executor."""
 
 from datetime import UTC, datetime
-from typing import Any
 
-from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from crucible.core import recovery
 from crucible.core.access import Principal
 from crucible.core.events import (
     TOPIC_ATTEMPT_ENDED,
-    TOPIC_RUN_FINISHED,
-    TOPIC_RUN_INTERRUPTED,
     TOPIC_RUN_SUBMITTED,
     enqueue,
     record_event,
 )
 from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
 from crucible.core.pagination import paginate
+from crucible.core.transitions import move_run
 from crucible.db.tables import Attempt, Checkpoint, Experiment, Project, Run, RunEvent
 from crucible.db.upsert import insert_ignoring_duplicates
 from crucible.domain import reasons
 from crucible.domain.digests import spec_digest
 from crucible.domain.enums import Backend, Phase, Role, RunKind
 from crucible.domain.errors import Conflict, InvalidInput, NotFound
-from crucible.domain.phases import check_transition
 from crucible.domain.specs import (
     KIND_OF_MANIFEST,
     EvalJobManifest,
-    Manifest,
     RolloutJobManifest,
     TrainingRunManifest,
 )
@@ -45,8 +41,6 @@ from crucible.schemas.runs import (
     RunPublic,
     RunSubmit,
 )
-
-_manifest_adapter: TypeAdapter[Any] = TypeAdapter(Manifest)
 
 RUN_SORTS = {"created_at": Run.created_at, "name": Run.name, "phase": Run.phase}
 
@@ -171,15 +165,6 @@ def require_project_namespace(project: Project, namespace: str | None) -> None:
         )
 
 
-def parse_manifest(
-    document: dict[str, Any],
-) -> TrainingRunManifest | RolloutJobManifest | EvalJobManifest:
-    result: TrainingRunManifest | RolloutJobManifest | EvalJobManifest = (
-        _manifest_adapter.validate_python(document)
-    )
-    return result
-
-
 def list_runs(
     *,
     session: Session,
@@ -281,8 +266,11 @@ def report_phase(
     *, session: Session, principal: Principal, run_id: int, report: PhaseReport
 ) -> RunPublic:
     run = load_run(session, principal, run_id, Role.editor)
+    if report.phase is Phase.Interrupted and _recovery_decided(session, run):
+        return RunPublic.model_validate(run)  # a report retried after its answer was lost
     if Phase(run.phase) is not report.phase:
         move_run(session, run, report.phase, report.reason, report.message)
+        recovery.decide_at_end(session, run)
     elif (run.reason, run.message) != (report.reason, report.message):
         # Same phase, news about it (the scheduler's reason a run waits): no transition.
         run.reason, run.message = report.reason, report.message
@@ -290,39 +278,23 @@ def report_phase(
     return RunPublic.model_validate(run)
 
 
-def move_run(session: Session, run: Run, phase: Phase, reason: str, message: str) -> None:
-    """Apply one state-machine transition with its timestamps, event and follow-up."""
-    check_transition(Phase(run.phase), phase)
-    now = datetime.now(UTC)
-    run.phase, run.reason, run.message = phase.value, reason, message
-    if phase is Phase.Running and run.started_at is None:
-        run.started_at = now
-    if phase is Phase.Interrupted:
-        # Recovery's cue. The attempt's end is reported apart (before or after this), so the
-        # decision is also triggered by `attempt.ended`; whichever sees both facts decides.
-        enqueue(
-            session,
-            topic=TOPIC_RUN_INTERRUPTED,
-            key=f"{run.id}:{run.attempt_count}",
-            payload={"run_id": run.id, "attempt": run.attempt_count},
-        )
-    if phase.is_terminal:
-        run.finished_at = now
-        enqueue(
-            session,
-            topic=TOPIC_RUN_FINISHED,
-            key=str(run.id),
-            payload={"run_id": run.id, "phase": phase.value},
-        )
-    record_event(
-        session,
-        run_id=run.id,
-        type=reasons.EVENT_PHASE_CHANGED,
-        reason=reason,
-        message=message,
-        data={"phase": phase.value},
+def _recovery_decided(session: Session, run: Run) -> bool:
+    """Whether recovery already scheduled the attempt after the run's latest, which has
+    ended: an Interrupted report now can only be a retry of the one that led there."""
+    if Phase(run.phase) not in (Phase.Recovering, Phase.Scheduling):
+        return False
+    latest = session.scalar(
+        select(Attempt).where(Attempt.run_id == run.id, Attempt.number == run.attempt_count)
     )
-    session.flush()
+    if latest is None or latest.ended_at is None:
+        return False
+    scheduled = session.scalar(
+        select(RunEvent.data)
+        .where(RunEvent.run_id == run.id, RunEvent.type == reasons.EVENT_RECOVERY_SCHEDULED)
+        .order_by(RunEvent.id.desc())
+        .limit(1)
+    )
+    return scheduled is not None and scheduled.get("attempt") == latest.number + 1
 
 
 def end_open_attempt(session: Session, run: Run, reason: str, message: str = "") -> None:
@@ -425,6 +397,7 @@ def end_attempt(
         message=attempt_in.message or f"attempt {number} ended",
         data={"attempt": number, "exit_code": attempt_in.exit_code},
     )
+    recovery.decide_at_end(session, run)
     enqueue(
         session,
         topic=TOPIC_ATTEMPT_ENDED,

@@ -12,7 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from crucible.core.access import SYSTEM
-from crucible.core.runs import end_attempt, move_run
+from crucible.core.runs import end_attempt
+from crucible.core.transitions import move_run
 from crucible.db.tables import Attempt, Run
 from crucible.domain import reasons
 from crucible.domain.enums import Phase

@@ -47,5 +47,6 @@ EVENT_ATTEMPT_ENDED = "AttemptEnded"
 EVENT_RECOVERY_SCHEDULED = "RecoveryScheduled"
 EVENT_RECOVERY_WAITING = "RecoveryWaiting"  # recovery waits for the checkpoint storage to answer
 EVENT_CHECKPOINT_DAMAGED = "CheckpointDamaged"
+EVENT_CHECKPOINT_VERIFIED = "CheckpointVerified"  # the digest of the one recovery chose matched
 EVENT_CHECKPOINT_RETIRED = "CheckpointRetired"
 EVENT_DATASET_VERSION_REGISTERED = "DatasetVersionRegistered"

@@ -31,8 +31,6 @@ LABEL_RUN = f"{GROUP}/run"
 
 # On a custom resource the control plane created for a REST submission: the run's id.
 ANNOTATION_RUN_ID = f"{GROUP}/run-id"
-# Set by the workers when recovery makes the next attempt due (a wake-up for the loop).
-ANNOTATION_NEXT_ATTEMPT = f"{GROUP}/next-attempt"
 
 # Run tags under this prefix are the platform's own (a reproduction does not copy them).
 TAG_PREFIX = f"{GROUP}/"

@@ -5,9 +5,9 @@ Field names are camelCase on the wire, as Kubernetes users expect; Python code u
 snake_case attributes.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from pydantic.alias_generators import to_camel
 
 from crucible.domain.json_values import MAX_INT32, MAX_INT64, JsonObject
@@ -517,3 +517,15 @@ Manifest = Annotated[
 ]
 
 KIND_OF_MANIFEST = {"TrainingRun": "train", "RolloutJob": "rollout", "EvalJob": "eval"}
+
+_manifest_adapter: TypeAdapter[Any] = TypeAdapter(Manifest)
+
+
+def parse_manifest(
+    document: dict[str, Any],
+) -> TrainingRunManifest | RolloutJobManifest | EvalJobManifest:
+    """A stored or submitted manifest as its kind's model (pydantic's ValidationError if bad)."""
+    result: TrainingRunManifest | RolloutJobManifest | EvalJobManifest = (
+        _manifest_adapter.validate_python(document)
+    )
+    return result

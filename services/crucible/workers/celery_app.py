@@ -118,7 +118,7 @@ def run_worker(
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
-        from crucible.workers.metrics import REGISTRY
+        from crucible.process_metrics import REGISTRY
 
         start_http_server(metrics_port, registry=REGISTRY)
     options: dict[str, Any] = {

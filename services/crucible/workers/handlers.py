@@ -36,22 +36,9 @@ _AFTER_COMMIT = "crucible.after_commit"
 
 
 def _attempt_ended(session: Session, payload: dict[str, Any]) -> str:
-    outcome = recovery.on_attempt_ended(
+    return recovery.on_attempt_ended(
         session, run_id=payload["run_id"], attempt=payload["attempt"]
-    )
-    if outcome.action != "none":
-        metrics.RECOVERIES.labels(outcome.end_reason, outcome.action).inc()
-    run = session.get(Run, payload["run_id"])
-    if (
-        run is not None
-        and run.backend == Backend.kubernetes.value
-        and run.phase == Phase.Scheduling.value
-        and run.k8s_namespace
-    ):
-        # Promoted at once (no backoff): wake the operator now, not at its next poll.
-        due = kubernetes.DueAttempt.of(run)
-        after_commit(session, partial(kubernetes.announce_next_attempt, due))
-    return outcome.detail
+    ).detail
 
 
 def _checkpoint_registered(session: Session, payload: dict[str, Any]) -> str:

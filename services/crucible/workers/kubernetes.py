@@ -8,13 +8,11 @@ Creating is idempotent: a redelivered message finds the resource there (409) and
 """
 
 import logging
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from lightkube import ApiError, Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.types import PatchType
 
 from crucible.db.tables import Run
 from crucible.domain import resources
@@ -70,43 +68,6 @@ def create_resource(obj: dict[str, Any]) -> str:
             return f"{where} already exists"
         raise
     return f"created {where}"
-
-
-@dataclass(frozen=True)
-class DueAttempt:
-    """A Kubernetes run recovery moved back to Scheduling (read before the commit)."""
-
-    run_id: int
-    kind: str
-    namespace: str
-    name: str
-    attempt: int
-
-    @classmethod
-    def of(cls, run: Run) -> "DueAttempt":
-        return cls(
-            run.id,
-            run.manifest["kind"],
-            run.k8s_namespace or "",
-            run.k8s_name or run.name,
-            run.attempt_count + 1,
-        )
-
-
-def announce_next_attempt(due: DueAttempt) -> None:
-    """Annotate the run's resource with the attempt that is due, so the operator (woken by
-    the change) creates its pods now rather than at its next poll. Best effort: the poll
-    still finds the run if this fails."""
-    resource = _resource(due.kind)
-    patch = {"metadata": {"annotations": {resources.ANNOTATION_NEXT_ATTEMPT: str(due.attempt)}}}
-    try:
-        _client().patch(
-            resource, due.name, patch, namespace=due.namespace, patch_type=PatchType.MERGE
-        )
-    except (ApiError, OSError) as exc:
-        log.warning(
-            "could not annotate run %s's resource with its next attempt: %s", due.run_id, exc
-        )
 
 
 def existing_uids(kind: str, namespace: str) -> set[str]:

@@ -1,10 +1,9 @@
 """Prometheus metrics of the workers (served by /metrics in the embedded mode, and by the
 worker's own exporter under Celery)."""
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
 
-REGISTRY = CollectorRegistry()
-"""Its own registry: the embedded API appends it to /metrics; `crucible worker` serves it."""
+from crucible.process_metrics import REGISTRY
 
 MESSAGES = Counter(
     "crucible_worker_messages_total",
@@ -18,11 +17,5 @@ HANDLE_LATENCY = Histogram(
     "the eval-trigger latency, for attempt.ended the recovery decision latency.",
     ["topic"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
-    registry=REGISTRY,
-)
-RECOVERIES = Counter(
-    "crucible_recoveries_total",
-    "Decisions after an attempt ended badly, by the attempt's end reason and the decision.",
-    ["reason", "decision"],
     registry=REGISTRY,
 )

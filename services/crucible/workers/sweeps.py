@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from crucible.artifacts import remote, storage
-from crucible.core import recovery, retention, runs, watchdog
+from crucible.core import recovery, retention, runs, transitions, watchdog
 from crucible.db.engine import transaction
 from crucible.db.tables import Run
 from crucible.domain import reasons
@@ -24,18 +24,11 @@ DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 120.0
 
 def promote_recovering(factory: sessionmaker[Session]) -> list[int]:
     """Start the next attempt of runs whose backoff is over (and decide for any Interrupted
-    run whose messages came while the facts were half reported)."""
+    run whose messages came while the facts were half reported). The operator learns of the
+    move from its event feed."""
     with transaction(factory) as session:
         recovery.decide_stranded(session)
-        promoted = recovery.promote_due(session)
-        on_kubernetes = [
-            kubernetes.DueAttempt.of(run)
-            for run in session.scalars(select(Run).where(Run.id.in_(promoted)))
-            if run.backend == Backend.kubernetes.value and run.k8s_namespace
-        ]
-    for due in on_kubernetes:  # after the commit: the operator must read the new phase
-        kubernetes.announce_next_attempt(due)
-    return promoted
+        return recovery.promote_due(session)
 
 
 def expire_silent_attempts(
@@ -93,7 +86,7 @@ def repair_drift(factory: sessionmaker[Session], settle_seconds: float = 60.0) -
             if Phase(run.phase).is_terminal:
                 continue
             runs.end_open_attempt(session, run, reasons.REASON_RESOURCE_DELETED)
-            runs.move_run(
+            transitions.move_run(
                 session,
                 run,
                 Phase.Cancelled,

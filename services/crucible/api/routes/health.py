@@ -5,9 +5,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from crucible import process_metrics
 from crucible.api.errors import RETRY_AFTER_SECONDS
 from crucible.db.schema import current_revision, head_revision
-from crucible.workers import metrics as worker_metrics
 
 router = APIRouter(tags=["health"])
 
@@ -37,8 +37,9 @@ def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", operation_id="prometheusMetrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
-    # The workers' registry is empty unless `crucible up` runs them in this process.
+    # The registry the API shares with the workers (theirs count in it when `crucible up`
+    # runs them in this process).
     body = generate_latest(request.app.state.metrics.registry) + generate_latest(
-        worker_metrics.REGISTRY
+        process_metrics.REGISTRY
     )
     return Response(body, media_type=CONTENT_TYPE_LATEST)
