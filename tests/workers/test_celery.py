@@ -12,9 +12,12 @@ losing every one of them; only the outbox can bring them back. Afterwards every 
 outbox row has been handled exactly once (the worker logs each handling with its row's
 id), and so each checkpoint has one EvalJob and each interruption one recovery decision.
 
-Handlers are caught in flight by a SHARE lock on `runs` held by the test: reads go on (the
-relay publishes, the API answers) while both handlers wait at their first write to a run
-(the eval trigger inserts one, recovery updates one), in the middle of their transaction.
+Handlers are caught in flight by a SHARE lock held by the test on the table their first
+write goes to: reads go on (the relay publishes, the API answers) while the handlers wait in
+the middle of their transaction. The eval trigger's first write inserts into `runs`; the
+recovery follow-up, whose decision the API already took, first writes the chosen
+checkpoint's `CheckpointVerified` event into `run_events` (the run's other message waits
+behind it on the run's row lock).
 """
 
 import os
@@ -189,7 +192,8 @@ class Row:
 
 
 class Outbox:
-    """The outbox table and the locks on `runs`, read from a connection of the test's own."""
+    """The outbox table and the table locks that hold handlers, from a connection of the
+    test's own."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -209,10 +213,10 @@ class Outbox:
         return [r for r in self.rows() if r.handled_at is None]
 
     @contextmanager
-    def runs_locked(self) -> Iterator[Connection]:
-        """Hold a SHARE lock on `runs`: every write to a run waits until the block ends."""
+    def writes_held(self, table: str) -> Iterator[Connection]:
+        """Hold a SHARE lock on `table`: every write to it waits until the block ends."""
         with self.engine.connect() as connection:
-            connection.execute(text("LOCK TABLE runs IN SHARE MODE"))
+            connection.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
             try:
                 yield connection
             finally:
@@ -238,8 +242,9 @@ class Outbox:
 class Fault:
     """The worker, its broker and the outbox, and the two ways this test hurts them."""
 
-    def __init__(self, worker: Worker, broker: Broker, outbox: Outbox) -> None:
+    def __init__(self, worker: Worker, broker: Broker, outbox: Outbox, held_table: str) -> None:
         self.worker, self.broker, self.outbox = worker, broker, outbox
+        self.held_table = held_table  # where the handlers under test write first
         self.seen: list[str] = []  # what each wave did, for docs/reliability.md
 
     def wait(self, what: str, check: Callable[[], T | None], until: datetime) -> T:
@@ -282,7 +287,7 @@ class Fault:
         )
 
     def _kill_before_commit(self) -> list[Copy]:
-        with self.outbox.runs_locked():
+        with self.outbox.writes_held(self.held_table):
             taken, waiting = self._start_caught()
             self.worker.kill()
             self.outbox.terminate(waiting)
@@ -313,7 +318,7 @@ class Fault:
         acknowledge its message, and SIGKILL it then: the rows are handled, and Redis still
         holds their messages as taken. The next worker gets them again and must refuse each.
         Returns those messages."""
-        with self.outbox.runs_locked():
+        with self.outbox.writes_held(self.held_table):
             taken, _ = self._start_caught()
             self.broker.pause_writes()
         try:
@@ -406,7 +411,7 @@ def fault(database_url: str, tmp_path: Path) -> Iterator[Fault]:
     broker.start()
     engine = create_engine(database_url)
     worker = Worker(database_url, broker.url, tmp_path / "worker-home")
-    yield Fault(worker, broker, Outbox(engine))
+    yield Fault(worker, broker, Outbox(engine), held_table="runs")
     worker.kill()
     broker.stop()
     engine.dispose()
@@ -455,9 +460,9 @@ def test_one_eval_per_checkpoint_through_kills_in_flight_and_a_redis_that_lost_a
     assert evaluated == sorted(checkpoints)
 
 
-def recovery_events(admin: TestClient, run_id: int) -> list[dict[str, Any]]:
+def run_events_of(admin: TestClient, run_id: int, type: str) -> list[dict[str, Any]]:
     events = admin.get(f"{API}/runs/{run_id}/events").json()
-    return [e for e in events if e["type"] == "RecoveryScheduled"]
+    return [e for e in events if e["type"] == type]
 
 
 def test_every_interruption_is_recovered_once_through_kills_in_flight_and_a_redis_that_lost_all(
@@ -466,7 +471,9 @@ def test_every_interruption_is_recovered_once_through_kills_in_flight_and_a_redi
     """18 runs preempted in four waves: 6 undisturbed; 1 and 1, both of whose messages the
     killed worker holds (before and after their commit); 10, whose 20 messages fill its
     threads and the queue behind when Redis loses them. Each interruption gets exactly one
-    recovery decision, resuming from the run's checkpoint."""
+    recovery decision, resuming from the run's checkpoint (taken by the API as it answered
+    the report), and the digest check of that checkpoint is recorded once."""
+    fault.held_table = "run_events"
     make_project(admin)
     runs = [
         submit_kind(admin, "TrainingRun", f"r{i}", recovery={"backoffSeconds": 0})
@@ -500,8 +507,10 @@ def test_every_interruption_is_recovered_once_through_kills_in_flight_and_a_redi
 
     fault.assert_each_row_handled_once(refused=refused, lost=lost)
     for run in runs:
-        decided = recovery_events(admin, run["id"])
+        decided = run_events_of(admin, run["id"], "RecoveryScheduled")
         assert len(decided) == 1, (run["name"], decided)
+        verified = run_events_of(admin, run["id"], "CheckpointVerified")
+        assert [e["data"]["checkpoint_id"] for e in verified] == [checkpoints[run["id"]]]
         assert decided[0]["data"]["resume_checkpoint_id"] == checkpoints[run["id"]]
         after = run_of(admin, run["id"])
         assert after["phase"] == "Scheduling"
