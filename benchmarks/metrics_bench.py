@@ -419,21 +419,12 @@ def measure_history(config: Config, server: Server, token: str, run_id: int) -> 
 
 def vacuum(engine: Engine) -> None:
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.execute(text("VACUUM (ANALYZE) metric_points, metric_rollups, metric_series"))
+        connection.execute(text("VACUUM (ANALYZE) metric_chunks, metric_series"))
 
 
 def delete_project(engine: Engine, name: str) -> None:
-    """The project, its runs and series by cascade, and (no foreign key cascades to them)
-    the series' points and rollups, as crucible.core.projects.delete_project does."""
-    series = (
-        "SELECT s.id FROM metric_series AS s JOIN runs AS r ON r.id = s.run_id "
-        "JOIN projects AS p ON p.id = r.project_id WHERE p.name = :name"
-    )
+    """The project, and by cascade its runs, their series and the series' chunks."""
     with engine.begin() as connection:
-        for table in ("metric_points", "metric_rollups"):
-            connection.execute(
-                text(f"DELETE FROM {table} WHERE series_id IN ({series})"), {"name": name}
-            )
         connection.execute(text("DELETE FROM projects WHERE name = :name"), {"name": name})
 
 

@@ -5,10 +5,10 @@ import random
 import re
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -20,16 +20,12 @@ from crucible.api.app import create_app
 from crucible.core import metrics as core_metrics
 from crucible.core import projects as core_projects
 from crucible.core.access import SYSTEM
+from crucible.core.metrics.store import MetricStore
 from crucible.db import schema
 from crucible.db.engine import transaction
-from crucible.db.tables import MetricPoint, MetricRollup, MetricSeries
-from crucible.domain.downsample import (
-    ROLLUP_LEVELS,
-    Rollup,
-    minmax_rollup_points,
-    rollup_level,
-    rollups_by_bucket,
-)
+from crucible.db.tables import MetricChunk, MetricSeries
+from crucible.domain.chunks import MAX_CHUNK_POINTS, PackedChunk, Points, unpack
+from crucible.domain.downsample import Rollup, rollup_of
 from crucible.schemas.metrics import MetricBatch
 from crucible.settings import load_settings
 from tests.conftest import (
@@ -340,41 +336,127 @@ def test_unknown_run_is_404(admin: TestClient, run_id: int) -> None:
     assert response.status_code == 404
 
 
-# --- Postgres only --------------------------------------------------------------------------
+# --- the chunked store ------------------------------------------------------------------------
 
 postgres_only = pytest.mark.parametrize(
     "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
 
+StoredPoint = tuple[int, float, float]
+"""(step, value, time)"""
 
-@postgres_only
-def test_large_series_is_downsampled_without_reading_it(
+
+@dataclass
+class Stored:
+    """A run's chunks as the database holds them, by key."""
+
+    chunks: dict[str, list[tuple[Rollup, list[StoredPoint]]]]
+    series: dict[str, tuple[int, int | None, float | None, int]]
+    """key -> point_count, last_step, last_value, max_chunk_span"""
+
+    def points(self, key: str) -> list[StoredPoint]:
+        return sorted(p for _, members in self.chunks[key] for p in members)
+
+
+def stored(factory: sessionmaker[Session], run_id: int) -> Stored:
+    with transaction(factory) as session:
+        series_rows = session.execute(
+            select(
+                MetricSeries.id,
+                MetricSeries.key,
+                MetricSeries.point_count,
+                MetricSeries.last_step,
+                MetricSeries.last_value,
+                MetricSeries.max_chunk_span,
+            ).where(MetricSeries.run_id == run_id)
+        ).all()
+        keys = {row[0]: row[1] for row in series_rows}
+        fields = [getattr(MetricChunk, field) for field in Rollup._fields]
+        chunk_rows = session.execute(
+            select(
+                MetricChunk.series_id,
+                MetricChunk.steps,
+                MetricChunk.values,
+                MetricChunk.times,
+                *fields,
+            )
+            .where(MetricChunk.series_id.in_(keys))
+            .order_by(MetricChunk.series_id, MetricChunk.first_step)
+        ).all()
+    chunks: dict[str, list[tuple[Rollup, list[StoredPoint]]]] = {key: [] for key in keys.values()}
+    for series_id, steps, values, times, *summary in chunk_rows:
+        rollup = Rollup(*summary)
+        members = unpack(rollup.first_step, rollup.point_count, steps, values, times)
+        chunks[keys[series_id]].append(
+            (rollup, list(zip(members.steps, members.values, members.times, strict=True)))
+        )
+    return Stored(chunks, {row[1]: tuple(row[2:]) for row in series_rows})  # type: ignore[misc]
+
+
+def assert_consistent(store: Stored) -> None:
+    """Every chunk's summary is that of its points, no step is stored twice, and each
+    series' row (count, last point, widest chunk) agrees with its chunks."""
+    for key, chunks in store.chunks.items():
+        steps = [p[0] for _, members in chunks for p in members]
+        assert len(steps) == len(set(steps)), f"{key}: a step is stored twice"
+        for rollup, members in chunks:
+            assert members == sorted(members), f"{key}: a chunk out of step order"
+            assert rollup == rollup_of(members)
+        count, last_step, last_value, widest = store.series[key]
+        everything = store.points(key)
+        assert count == len(everything)
+        if everything:
+            assert (last_step, last_value) == everything[-1][:2]
+        assert widest == max((r.last_step - r.first_step for r, _ in chunks), default=0)
+
+
+class ReadCounter:
+    """How many points the history reads from chunks (the summaries aside)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.points = 0
+        chunks_in, packed_at = MetricStore.chunks_in, MetricStore.packed_at
+
+        def counted_chunks_in(*args: Any) -> list[Points]:
+            chunks = chunks_in(*args)
+            self.points += sum(len(chunk.steps) for chunk in chunks)
+            return chunks
+
+        def counted_packed_at(*args: Any) -> list[PackedChunk]:
+            chunks = packed_at(*args)
+            self.points += sum(chunk.point_count for chunk in chunks)
+            return chunks
+
+        monkeypatch.setattr(MetricStore, "chunks_in", counted_chunks_in)
+        monkeypatch.setattr(MetricStore, "packed_at", counted_packed_at)
+
+
+def test_a_batch_is_a_chunk_per_series_of_at_most_max_chunk_points(
+    app: FastAPI, admin: TestClient, run_id: int
+) -> None:
+    log(admin, run_id, points("loss", range(1_000)) + points("lr", range(0, 1_000, 10)))
+    log(admin, run_id, points("loss", range(1_000, 1_500)))
+    store = stored(app.state.session_factory, run_id)
+    assert MAX_CHUNK_POINTS == 512
+    assert [r.point_count for r, _ in store.chunks["loss"]] == [512, 488, 500]
+    assert [r.point_count for r, _ in store.chunks["lr"]] == [100]
+    assert_consistent(store)
+
+
+def test_large_series_is_downsampled_from_chunk_summaries(
     admin: TestClient, run_id: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     n = 120_000
     rng = random.Random(7)
     values = [rng.uniform(-1, 1) for _ in range(n)]
     values[77_777], values[3_333] = 50.0, -50.0
-    for start in range(0, n, 10_000):
+    for start in range(0, n, 2_000):
         batch = [
-            {"key": "loss", "step": s, "value": values[s]} for s in range(start, start + 10_000)
+            {"key": "loss", "step": s, "value": values[s]} for s in range(start, start + 2_000)
         ]
-        assert log(admin, run_id, batch)["accepted"] == 10_000
+        assert log(admin, run_id, batch)["accepted"] == 2_000
 
-    served: dict[str, int] = {"rollups": 0, "sql": 0}
-    from_rollups, in_sql = core_metrics._downsample_rollups, core_metrics._downsample_postgres
-
-    def spy_rollups(*args: Any) -> Any:
-        result = from_rollups(*args)
-        served["rollups"] += result is not None
-        return result
-
-    def spy_sql(*args: Any) -> Any:
-        served["sql"] += 1
-        return in_sql(*args)
-
-    monkeypatch.setattr(core_metrics, "_downsample_rollups", spy_rollups)
-    monkeypatch.setattr(core_metrics, "_downsample_postgres", spy_sql)
+    reads = ReadCounter(monkeypatch)
 
     def check(loss: dict[str, Any], budget: int) -> None:
         assert len(loss["steps"]) <= budget
@@ -384,30 +466,27 @@ def test_large_series_is_downsampled_without_reading_it(
         assert len(loss["times"]) == len(loss["steps"])
         assert (loss["total_points"], loss["downsampled"]) == (n, True)
 
-    for budget in (4, 500, 2_000):
+    # Chunks of 512 steps fit in the output buckets of these budgets: no point is read.
+    for budget in (4, 50, 100):
         check(read(admin, run_id, max_points=budget)["loss"], budget)
-    assert served == {"rollups": 3, "sql": 0}
+    assert reads.points == 0
 
-    # A step range inside the big series: cut when it is larger than the budget...
-    ranged = read(admin, run_id, max_points=100, step_min=70_000, step_max=80_000)["loss"]
-    assert ranged["steps"][0] == 70_000 and ranged["steps"][-1] == 80_000
-    assert 77_777 in ranged["steps"] and len(ranged["steps"]) <= 100
-    assert ranged["total_points"] == 10_001
+    # Buckets narrower than a chunk: the chunks' points are read and reduced.
+    check(read(admin, run_id, max_points=2_000)["loss"], 2_000)
+    assert reads.points == n
+
+    # A step range inside the series: cut when it is larger than the budget, and only the
+    # chunks crossing its ends are read whole...
+    reads.points = 0
+    ranged = read(admin, run_id, max_points=6, step_min=70_500, step_max=89_999)["loss"]
+    assert ranged["steps"][0] == 70_500 and ranged["steps"][-1] == 89_999
+    assert 77_777 in ranged["steps"] and len(ranged["steps"]) <= 6
+    assert ranged["total_points"] == 19_500
     assert ranged["values"] == [values[s] for s in ranged["steps"]]
-    assert served == {"rollups": 4, "sql": 0}
-    # ...and whole when it fits (too few whole buckets for rollups: the SQL path finds it fits).
+    assert reads.points == 512  # the chunk of steps 70,000 to 70,511
+    # ...and whole when it fits.
     small = read(admin, run_id, max_points=100, step_min=500, step_max=549)["loss"]
     assert (small["steps"], small["downsampled"]) == (list(range(500, 550)), False)
-    assert served == {"rollups": 4, "sql": 1}
-
-    # Finer than the finest rollups (64 steps a bucket) can serve: buckets in SQL.
-    check(read(admin, run_id, max_points=10_000)["loss"], 10_000)
-    assert served == {"rollups": 4, "sql": 2}
-
-    # The Python path keeps the same essentials.
-    monkeypatch.setattr(core_metrics, "SQL_DOWNSAMPLE_MIN_POINTS", n + 1)
-    check(read(admin, run_id, max_points=6_000)["loss"], 6_000)
-    assert served == {"rollups": 4, "sql": 2}
 
 
 @postgres_only
@@ -415,9 +494,7 @@ def test_concurrent_overlapping_batches_neither_deadlock_nor_duplicate(
     app: FastAPI, admin: TestClient, run_id: int
 ) -> None:
     """The same points sent in different orders at once (a client retrying while the first
-    try is still running) must all end up stored once, whichever request stores them: the
-    batches of only new steps are COPYed, the others (here: with a point stored before)
-    INSERTed, and the two can meet on the same new points."""
+    try is still running) must all end up stored once, whichever request stores them."""
     log(admin, run_id, points("loss", range(1)))
     batch = points("loss", range(1, 3_000)) + points("lr", range(1, 3_000))
     results: list[int] = []
@@ -447,59 +524,10 @@ def test_concurrent_overlapping_batches_neither_deadlock_nor_duplicate(
     assert sum(results) == 5_998
     keys = admin.get(f"/api/v1/runs/{run_id}/metrics/keys").json()["keys"]
     assert [(k["point_count"], k["last_step"]) for k in keys] == [(3_000, 2_999), (2_999, 2_999)]
-    stored_points, rollups = stored(app.state.session_factory, run_id)
-    assert rollups == reference_rollups(stored_points)
+    assert_consistent(stored(app.state.session_factory, run_id))
 
 
-# --- rollups --------------------------------------------------------------------------------
-
-StoredPoints = dict[str, list[tuple[int, float, float]]]
-StoredRollups = dict[str, dict[tuple[int, int], Rollup]]
-
-
-def stored(factory: sessionmaker[Session], run_id: int) -> tuple[StoredPoints, StoredRollups]:
-    """The run's points by key (step order), and its rollups by key and (level, bucket)."""
-    with transaction(factory) as session:
-        keys = dict(
-            session.execute(
-                select(MetricSeries.id, MetricSeries.key).where(MetricSeries.run_id == run_id)
-            ).all()
-        )
-        point_rows = session.execute(
-            select(
-                MetricPoint.series_id, MetricPoint.step, MetricPoint.value, MetricPoint.wall_time
-            )
-            .where(MetricPoint.series_id.in_(keys))
-            .order_by(MetricPoint.series_id, MetricPoint.step)
-        ).all()
-        fields = [getattr(MetricRollup, field) for field in Rollup._fields]
-        rollup_rows = session.execute(
-            select(MetricRollup.series_id, MetricRollup.level, MetricRollup.bucket, *fields).where(
-                MetricRollup.series_id.in_(keys)
-            )
-        ).all()
-    points: StoredPoints = {}
-    for series_id, *point in point_rows:
-        points.setdefault(keys[series_id], []).append((point[0], point[1], point[2]))
-    rollups: StoredRollups = {}
-    for series_id, level, bucket, *summary in rollup_rows:
-        rollups.setdefault(keys[series_id], {})[(level, bucket)] = Rollup(*summary)
-    return points, rollups
-
-
-def reference_rollups(points: StoredPoints) -> StoredRollups:
-    """What the rollups must be: the points bucketed at every level, from scratch."""
-    return {
-        key: {
-            (level, bucket): rollup
-            for level in ROLLUP_LEVELS
-            for bucket, rollup in rollups_by_bucket(series, level).items()
-        }
-        for key, series in points.items()
-    }
-
-
-def test_rollups_summarise_exactly_the_stored_points(
+def test_chunks_hold_exactly_the_stored_points(
     app: FastAPI, admin: TestClient, run_id: int
 ) -> None:
     """Whatever the order and overlap of batches: out-of-order steps, repeats inside a batch,
@@ -520,63 +548,62 @@ def test_rollups_summarise_exactly_the_stored_points(
     overlapping = points("loss", range(7_500, 8_500), value) + points("acc", range(0, 9_000, 5))
     rng.shuffle(overlapping)
 
+    sent: dict[str, dict[int, float]] = {}
     for batch in (forward, backward, sparse, repeated, overlapping):
         log(admin, run_id, batch)
-        stored_points, rollups = stored(factory, run_id)
-        assert rollups == reference_rollups(stored_points)
+        for point in batch:
+            sent.setdefault(point["key"], {}).setdefault(point["step"], point["value"])
+        store = stored(factory, run_id)
+        assert_consistent(store)
+        for key, expected in sent.items():
+            assert [(p[0], p[1]) for p in store.points(key)] == sorted(expected.items())
 
     before = stored(factory, run_id)
     for batch in (forward, backward, repeated, overlapping):
         assert log(admin, run_id, batch)["accepted"] == 0
     assert stored(factory, run_id) == before
 
-    loss = before[0]["loss"]
+    loss = before.points("loss")
     assert (loss[-2][1], loss[-1][1]) == (1.0, -1.0)  # the first of a repeated step won
-    keys = admin.get(f"/api/v1/runs/{run_id}/metrics/keys").json()["keys"]
-    assert [(k["key"], k["point_count"]) for k in keys] == [
-        ("acc", len(before[0]["acc"])),
-        ("loss", len(loss)),
-    ]
+    whole = read(admin, run_id)
+    assert whole["loss"]["steps"] == [p[0] for p in loss]
+    assert whole["loss"]["values"] == [p[1] for p in loss]
+    assert whole["loss"]["times"] == [p[2] for p in loss]
 
 
-def test_downsampled_reads_from_rollups_equal_reducing_the_points(
+def test_downsampled_reads_of_interleaved_chunks_keep_the_promises(
     app: FastAPI, admin: TestClient, run_id: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Batches that each hold a random sample of a window of steps, so that the chunks of
+    the series overlap one another: a downsampled read keeps the ends and the extremes,
+    from the summaries when the chunks are narrower than its buckets."""
     n = 30_000
     rng = random.Random(5)
     values = {s: rng.gauss(0, 1) for s in range(n)}
     values[12_345], values[23_456] = 40.0, -40.0
-    steps = list(values)
-    rng.shuffle(steps)  # out of order, across batches
-    for start in range(0, n, 10_000):
-        batch = [
-            {"key": "loss", "step": s, "value": values[s]} for s in steps[start : start + 10_000]
-        ]
-        log(admin, run_id, batch)
-    series = stored(app.state.session_factory, run_id)[0]["loss"]
+    batches: list[list[int]] = []
+    for start in range(0, n, 1_000):  # each window of 1,000 steps in two interleaved chunks
+        window = list(range(start, start + 1_000))
+        rng.shuffle(window)
+        batches += [window[:600], window[600:]]
+    rng.shuffle(batches)
+    for steps in batches:
+        log(admin, run_id, [{"key": "loss", "step": s, "value": values[s]} for s in steps])
+    series = stored(app.state.session_factory, run_id).points("loss")
+    assert [p[0] for p in series] == list(range(n))
 
-    served = []
-    from_rollups = core_metrics._downsample_rollups
-
-    def spy(*args: Any) -> Any:
-        result = from_rollups(*args)
-        served.append(result is not None)
-        return result
-
-    monkeypatch.setattr(core_metrics, "_downsample_rollups", spy)
-    for budget in (4, 5, 60, 401, 900):
+    reads = ReadCounter(monkeypatch)
+    for budget in (4, 5, 30, 60):
         loss = read(admin, run_id, max_points=budget)["loss"]
-        by_level = {level: rollups_by_bucket(series, level) for level in ROLLUP_LEVELS}
-        level = rollup_level({lv: len(rollups) for lv, rollups in by_level.items()}, budget)
-        assert level is not None
-        expected = minmax_rollup_points(list(by_level[level].values()), budget)
-        assert list(zip(loss["steps"], loss["values"], loss["times"], strict=True)) == expected
-        assert len(loss["steps"]) <= budget
-        assert {0, 12_345, 23_456, n - 1} <= set(loss["steps"])
+        kept = list(zip(loss["steps"], loss["values"], loss["times"], strict=True))
+        assert set(kept) <= set(series)
+        assert kept == sorted(kept) and len(kept) <= budget
+        assert (kept[0], kept[-1]) == (series[0], series[-1])
+        assert {12_345, 23_456} <= set(loss["steps"])
         assert (loss["total_points"], loss["downsampled"]) == (n, True)
+    assert reads.points == 0
 
-    # Step ranges: whole buckets where they fit, the ragged ends from finer ones or points.
-    for low, high, budget in ((1, 29_998, 300), (12_000, 12_999, 20), (100, 23_456, 500)):
+    for low, high, budget in ((1, 29_998, 20), (12_000, 12_999, 20), (100, 23_456, 500)):
         loss = read(admin, run_id, max_points=budget, step_min=low, step_max=high)["loss"]
         inside = [p for p in series if low <= p[0] <= high]
         kept = list(zip(loss["steps"], loss["values"], loss["times"], strict=True))
@@ -586,53 +613,43 @@ def test_downsampled_reads_from_rollups_equal_reducing_the_points(
         assert min(p[1] for p in inside) == min(loss["values"])
         assert max(p[1] for p in inside) == max(loss["values"])
         assert (loss["total_points"], loss["downsampled"]) == (len(inside), True)
-    assert served == [True] * 8
-
-    # Finer than the finest rollups: the points are reduced instead.
-    assert len(read(admin, run_id, max_points=2_000)["loss"]["steps"]) <= 2_000
-    assert served[-1] is False
 
 
 def count_rows(factory: sessionmaker[Session]) -> dict[str, int]:
     with transaction(factory) as session:
         return {
             table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
-            for table in (MetricSeries, MetricPoint, MetricRollup)
+            for table in (MetricSeries, MetricChunk)
         }
 
 
-def test_deleting_runs_deletes_their_points_and_rollups(
+def test_deleting_runs_deletes_their_series_and_chunks(
     app: FastAPI, admin: TestClient, run_id: int
 ) -> None:
-    """Points and rollups have no foreign key to cascade along: the deletions remove them."""
     other = admin.post(
         "/api/v1/runs", json={"project": "vision", "manifest": training_run("b", "other")}
     ).json()
     log(admin, run_id, points("loss", range(1_000)) + points("acc", range(0, 1_000, 10)))
+    log(admin, run_id, points("loss", range(1_000, 1_100)))
     log(admin, other["id"], points("loss", range(500)))
     factory = app.state.session_factory
-    assert count_rows(factory)["metric_points"] == 1_600
+    assert count_rows(factory) == {"metric_series": 3, "metric_chunks": 5}
 
     deleted = admin.delete(f"/api/v1/experiments/{other['experiment_id']}", params={"force": True})
     assert deleted.status_code == 200, deleted.text
-    kept = stored(factory, run_id)
-    assert count_rows(factory) == {
-        "metric_series": 2,
-        "metric_points": 1_100,
-        "metric_rollups": sum(len(rollups) for rollups in kept[1].values()),
-    }
-    assert kept[1] == reference_rollups(kept[0])
+    assert count_rows(factory) == {"metric_series": 2, "metric_chunks": 4}
+    assert len(stored(factory, run_id).points("loss")) == 1_100
 
     project_id = admin.get(f"/api/v1/runs/{run_id}").json()["project_id"]
     deleted = admin.delete(f"/api/v1/projects/{project_id}", params={"force": True})
     assert deleted.status_code == 200, deleted.text
-    assert count_rows(factory) == {"metric_series": 0, "metric_points": 0, "metric_rollups": 0}
+    assert count_rows(factory) == {"metric_series": 0, "metric_chunks": 0}
 
 
 @postgres_only
 def test_a_deletion_waits_for_a_batch_being_stored(app: FastAPI, run_id: int) -> None:
-    """Without the foreign key, a batch committing after the deletion read the points would
-    leave them orphaned: the batch's lock on its run makes the deletion wait for it."""
+    """The batch's lock on its run makes a deletion of the run wait for it (and then cascade
+    to its chunks), rather than the batch failing on a foreign key at commit."""
     factory = app.state.session_factory
     with transaction(factory) as session:
         project_id = session.scalar(
@@ -662,7 +679,7 @@ def test_a_deletion_waits_for_a_batch_being_stored(app: FastAPI, run_id: int) ->
         assert deleter.is_alive(), "the deletion did not wait for the batch"
     deleter.join(timeout=30)
     assert not deleter.is_alive() and errors == []
-    assert count_rows(factory) == {"metric_series": 0, "metric_points": 0, "metric_rollups": 0}
+    assert count_rows(factory) == {"metric_series": 0, "metric_chunks": 0}
 
 
 @pytest.fixture
@@ -672,7 +689,7 @@ def scratch_url(database_url: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'scratch.db'}"
         return
     url = make_url(postgres_url())
-    scratch = url.set(database=f"{url.database}_rollups")
+    scratch = url.set(database=f"{url.database}_chunks")
     admin_engine = create_engine(url, isolation_level="AUTOCOMMIT")
     with admin_engine.connect() as connection:
         connection.execute(text(f'DROP DATABASE IF EXISTS "{scratch.database}"'))
@@ -683,7 +700,24 @@ def scratch_url(database_url: str, tmp_path: Path) -> Iterator[str]:
     admin_engine.dispose()
 
 
-def test_migration_computes_the_rollups_of_stored_points(scratch_url: str, tmp_path: Path) -> None:
+def rows_of_revision_0010(engine: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """metric_points and metric_rollups as revision 0010 stores them."""
+    with engine.connect() as connection:
+        point_rows = connection.execute(
+            text("SELECT series_id, step, value, wall_time FROM metric_points ORDER BY 1, 2")
+        ).all()
+        rollup_rows = connection.execute(
+            text(
+                "SELECT series_id, level, bucket, point_count, first_step, last_step, "
+                "min_step, min_value, max_step, max_value FROM metric_rollups ORDER BY 1, 2, 3"
+            )
+        ).all()
+    return [tuple(r) for r in point_rows], [tuple(r) for r in rollup_rows]
+
+
+def test_migration_turns_points_into_chunks_and_back(scratch_url: str, tmp_path: Path) -> None:
+    """Down to the point rows (with revision 0005's rollups of them) and up again: the same
+    points, chunks that summarise them, and the same history."""
     engine = create_engine(scratch_url)
     schema.upgrade(engine)
     settings = load_settings(
@@ -698,30 +732,76 @@ def test_migration_computes_the_rollups_of_stored_points(scratch_url: str, tmp_p
             steps = list(range(0, 70_000, 3))
             rng.shuffle(steps)
             for start in range(0, len(steps), 10_000):
-                chunk = steps[start : start + 10_000]
+                part = steps[start : start + 10_000]
                 log(
-                    admin,
-                    run_id,
-                    [{"key": "loss", "step": s, "value": rng.random()} for s in chunk],
+                    admin, run_id, [{"key": "loss", "step": s, "value": rng.random()} for s in part]
                 )
             log(admin, run_id, points("acc", range(0, 5_000, 50)))
-        factory = app.state.session_factory
-        assert isinstance(run_id, int)
-        ingested = stored(factory, run_id)
-        assert ingested[1] == reference_rollups(ingested[0])
+            history = read(admin, run_id)
+            reduced = read(admin, run_id, max_points=300)
+            factory = app.state.session_factory
+            before = stored(factory, run_id)
 
-        schema.downgrade(engine, "0004")
-        schema.upgrade(engine)
-        assert stored(factory, run_id) == ingested
+            schema.downgrade(engine, "0010")
+            point_rows, rollup_rows = rows_of_revision_0010(engine)
+            series_ids = {key: i for i, key in _series_ids(engine)}
+            expected_points = sorted(
+                (series_ids[key], *p) for key in before.chunks for p in before.points(key)
+            )
+            assert point_rows == expected_points
+            assert rollup_rows == _rollups_as_revision_0005(point_rows)
+
+            schema.upgrade(engine)
+            after = stored(factory, run_id)
+            assert_consistent(after)
+            for key in before.chunks:
+                assert after.points(key) == before.points(key)
+            assert read(admin, run_id) == history
+            assert read(admin, run_id, max_points=300)["acc"] == reduced["acc"]
+            loss = read(admin, run_id, max_points=300)["loss"]
+            assert (loss["steps"][0], loss["steps"][-1]) == (0, 69_999)
+            assert max(loss["values"]) == max(history["loss"]["values"])
     finally:
         app.state.engine.dispose()
         engine.dispose()
 
 
-@postgres_only
+def _series_ids(engine: Any) -> list[tuple[int, str]]:
+    with engine.connect() as connection:
+        return [tuple(r) for r in connection.execute(text("SELECT id, key FROM metric_series"))]
+
+
+def _rollups_as_revision_0005(point_rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Revision 0005's rollups: per series, buckets of 2**level steps for levels 6 to 16."""
+    by_bucket: dict[tuple[int, int, int], list[StoredPoint]] = {}
+    for series_id, step, value, wall_time in point_rows:
+        for level in range(6, 17):
+            by_bucket.setdefault((series_id, level, step >> level), []).append(
+                (step, value, wall_time)
+            )
+    rows = []
+    for (series_id, level, bucket), members in sorted(by_bucket.items()):
+        r = rollup_of(members)
+        rows.append(
+            (
+                series_id,
+                level,
+                bucket,
+                r.point_count,
+                r.first_step,
+                r.last_step,
+                r.min_step,
+                r.min_value,
+                r.max_step,
+                r.max_value,
+            )
+        )
+    return rows
+
+
 def test_whole_reads_of_dense_and_gappy_series(admin: TestClient, run_id: int) -> None:
-    """A series with a point at every step is read without its step array: the steps it
-    answers must be the same as a gappy series' (read with it)."""
+    """A chunk holding every step of its range is stored without its step array: the steps
+    it answers must be the same as a gappy series' (stored with it)."""
     dense = points("dense", range(5, 20_005), lambda s: s / 3)
     gappy = points("gappy", [*range(0, 12_000), *range(12_001, 20_002)], lambda s: -s / 3)
     for start in range(0, 20_000, 5_000):
@@ -738,38 +818,3 @@ def test_whole_reads_of_dense_and_gappy_series(admin: TestClient, run_id: int) -
             assert series[key]["values"] == [p["value"] for p in inside]
             assert len(series[key]["times"]) == len(inside)
             assert (series[key]["total_points"], series[key]["downsampled"]) == (len(inside), False)
-
-
-@postgres_only
-def test_a_batch_caught_in_a_deadlock_is_stored_all_the_same(
-    app: FastAPI, admin: TestClient, run_id: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A deadlock between concurrent batches (the COPY of new steps does not sort them)
-    rolls the loser back to its savepoint: a COPY falls back to the INSERT, an INSERT is
-    tried again."""
-    log(admin, run_id, points("loss", range(10)))
-    deadlocks: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def deadlocked_execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
-        if query is core_metrics._PG_INSERT_POINTS and deadlocks.count("insert") < 2:
-            deadlocks.append("insert")
-            raise psycopg.errors.DeadlockDetected("deadlock detected (by the test)")
-        return execute(self, query, *args, **kw)
-
-    def deadlocked_copy(self: psycopg.Cursor[Any], *args: Any, **kw: Any) -> Any:
-        deadlocks.append("copy")
-        raise psycopg.errors.DeadlockDetected("deadlock detected (by the test)")
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", deadlocked_execute)
-    overlapping = log(admin, run_id, points("loss", range(5, 20)))
-    assert overlapping == {"accepted": 10, "duplicates": 5, "replayed": False}
-    assert deadlocks == ["insert"] * 2
-    monkeypatch.setattr(psycopg.Cursor, "copy", deadlocked_copy)
-    fresh = log(admin, run_id, points("loss", range(20, 30)))
-    assert fresh == {"accepted": 10, "duplicates": 0, "replayed": False}
-    assert deadlocks == ["insert", "insert", "copy"]
-
-    stored_points, rollups = stored(app.state.session_factory, run_id)
-    assert [p[0] for p in stored_points["loss"]] == list(range(30))
-    assert rollups == reference_rollups(stored_points)

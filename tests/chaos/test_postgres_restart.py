@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 
 from tests.chaos.conftest import ApiProcess, PrivatePostgres
 from tests.conftest import ADMIN_TOKEN, bearer, training_run
+from tests.stored_metrics import stored_points
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
@@ -182,15 +183,7 @@ def test_postgres_restarts_give_503_then_recover_losing_nothing(
 
     engine = create_engine(api_process.env["CRUCIBLE_DATABASE_URL"])
     with engine.connect() as connection:
-        steps = set(
-            connection.scalars(
-                text(
-                    "SELECT p.step FROM metric_points p JOIN metric_series s ON s.id = p.series_id "
-                    "WHERE s.run_id = :run"
-                ),
-                {"run": run["id"]},
-            )
-        )
+        steps = {point[2] for point in stored_points(connection, run["id"])}
         names = set(connection.scalars(text("SELECT name FROM runs")))
     engine.dispose()
     admin.close()

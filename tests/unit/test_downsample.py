@@ -1,5 +1,5 @@
-"""Properties of min/max-bucket downsampling: bounded size, extremes and ends always kept;
-rollups (bucket summaries) that merge like the points they summarise."""
+"""Properties of min/max-bucket downsampling: bounded size, extremes and ends always kept,
+from the points or from summaries of disjoint sets of them (the chunks a series is stored in)."""
 
 import itertools
 
@@ -9,16 +9,11 @@ from hypothesis import strategies as st
 
 from crucible.domain.downsample import (
     MIN_POINTS,
-    ROLLUP_LEVELS,
     Point,
-    coarser_rollups,
-    merge_rollups,
     minmax_groups,
     minmax_indices,
     minmax_rollup_points,
-    rollup_level,
     rollup_of,
-    rollups_by_bucket,
 )
 
 values_st = st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=400)
@@ -97,40 +92,52 @@ def test_a_rollup_keeps_first_last_and_the_earliest_extremes() -> None:
     assert (rollup.low, rollup.high) == (points[1], points[2])
 
 
-@given(points=series_st, data=st.data())
-def test_merging_rollups_equals_summarising_all_points(
-    points: list[Point], data: st.DataObject
+def chunk_summaries(points: list[Point], owners: list[int]) -> list:
+    """The summaries of the points split into chunks (point i goes to chunk owners[i]), in
+    order of their first steps, as a series' chunks are read."""
+    chunks: dict[int, list[Point]] = {}
+    for point, owner in zip(points, owners, strict=True):
+        chunks.setdefault(owner, []).append(point)
+    return sorted((rollup_of(members) for members in chunks.values()), key=lambda r: r.first_step)
+
+
+@given(points=series_st, max_points=budget_st, data=st.data())
+def test_reducing_chunk_summaries_keeps_the_promises(
+    points: list[Point], max_points: int, data: st.DataObject
 ) -> None:
-    """The upsert's rule: folding new points into a bucket's rollup, in any order."""
-    if len(points) < 2:
-        return
-    cut = data.draw(st.integers(min_value=1, max_value=len(points) - 1))
-    shuffled = data.draw(st.permutations(points))
-    old, new = rollup_of(shuffled[:cut]), rollup_of(shuffled[cut:])
-    assert merge_rollups(old, new) == rollup_of(points)
-    assert merge_rollups(new, old) == rollup_of(points)
-
-
-@given(points=series_st)
-def test_coarser_levels_from_finer_ones_equal_bucketing_the_points(points: list[Point]) -> None:
-    finer = rollups_by_bucket(points, ROLLUP_LEVELS[0])
-    for shift_from, level in itertools.pairwise(ROLLUP_LEVELS):
-        finer = coarser_rollups(finer, level - shift_from)
-        assert finer == rollups_by_bucket(points, level)
-
-
-@given(points=series_st, level=st.sampled_from(ROLLUP_LEVELS), max_points=budget_st)
-def test_reducing_rollups_keeps_the_promises(
-    points: list[Point], level: int, max_points: int
-) -> None:
-    rows = list(rollups_by_bucket(points, level).values())
-    kept = minmax_rollup_points(rows, max_points)
+    """Chunks in step order (each a run of consecutive points), or interleaved, as when a
+    batch fills in older steps: the ends and the extremes survive either way."""
+    chunk_count = data.draw(st.integers(min_value=1, max_value=len(points)))
+    if data.draw(st.booleans()):
+        owners = sorted(
+            data.draw(
+                st.lists(
+                    st.integers(0, chunk_count - 1), min_size=len(points), max_size=len(points)
+                )
+            )
+        )
+    else:
+        owners = data.draw(
+            st.lists(st.integers(0, chunk_count - 1), min_size=len(points), max_size=len(points))
+        )
+    kept = minmax_rollup_points(chunk_summaries(points, owners), max_points)
     assert len(kept) <= max_points
     assert set(kept) <= set(points)
     assert [p[0] for p in kept] == sorted({p[0] for p in kept})
     assert (kept[0], kept[-1]) == (points[0], points[-1])
     assert min(p[1] for p in points) in [p[1] for p in kept]
     assert max(p[1] for p in points) in [p[1] for p in kept]
+
+
+def test_the_last_point_comes_from_whichever_chunk_reaches_furthest() -> None:
+    """A chunk that starts later but ends earlier (a batch filling in older steps) is last
+    in first-step order; the series' last point is still the other chunk's."""
+    points = [(s, 0.0, 1.7e9 + s) for s in range(0, 101)]
+    owners = [1 if 40 < s < 60 and s % 2 else 0 for s in range(0, 101)]
+    rows = chunk_summaries(points, owners)
+    assert [r.first_step for r in rows] == [0, 41] and rows[-1].last_step == 59
+    kept = minmax_rollup_points(rows, 4)
+    assert (kept[0], kept[-1]) == (points[0], points[-1])
 
 
 @given(points=series_st, max_points=budget_st)
@@ -148,13 +155,3 @@ def test_reducing_one_point_rollups_is_a_minmax_reduction(
         expected.add(min(bucket, key=lambda p: p[1]))
         expected.add(max(bucket, key=lambda p: p[1]))
     assert kept == sorted(expected)
-
-
-def test_rollup_level_is_the_coarsest_with_enough_buckets() -> None:
-    counts = {6: 5_000, 8: 1_250, 10: 300, 12: 80}
-    assert rollup_level(counts, 2_000) == 8  # 999 output buckets
-    assert rollup_level(counts, 600) == 10  # 299
-    assert rollup_level(counts, 162) == 12  # 80
-    assert rollup_level(counts, 20_000) is None
-    with pytest.raises(ValueError, match=str(MIN_POINTS)):
-        rollup_level(counts, 3)

@@ -5,7 +5,6 @@ from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
 from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
-from crucible.core.metrics import delete_run_metrics
 from crucible.core.pagination import paginate
 from crucible.db.tables import Experiment, Project, Run
 from crucible.domain.enums import Role
@@ -77,7 +76,6 @@ def delete_project(*, session: Session, principal: Principal, project_id: int, f
     principal.require(row.id, Role.admin, entity="project", key=project_id)
     principal.require_global_admin()
     _refuse_if_runs(session, Run.project_id == row.id, f"project {row.name!r}", force)
-    delete_run_metrics(session, Run.project_id == row.id)  # no foreign key cascades to them
     session.delete(row)
     session.flush()
 
@@ -158,7 +156,6 @@ def delete_experiment(
     row = get_or_404(session, Experiment, experiment_id, "experiment")
     principal.require(row.project_id, Role.editor, entity="experiment", key=experiment_id)
     _refuse_if_runs(session, Run.experiment_id == row.id, f"experiment {row.name!r}", force)
-    delete_run_metrics(session, Run.experiment_id == row.id)  # no foreign key cascades to them
     session.delete(row)
     session.flush()
 

@@ -4,11 +4,12 @@ Min/max buckets: the first and last points are always kept, the points between a
 into equal-count buckets and each bucket keeps its lowest and highest point. A loss spike
 therefore survives any zoom level, which plain striding (every k-th point) does not promise.
 
-Long series are reduced from rollups instead (summaries of fixed buckets of steps, kept at
-ingest): the same promises, with output buckets of equal step ranges.
+Long series are reduced from summaries instead (`Rollup`: what a stored chunk of points
+keeps beside them, `crucible.domain.chunks`): the same promises, with output buckets of
+equal step ranges.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 MIN_POINTS = 4  # first, last, and one bucket's min and max
@@ -35,23 +36,15 @@ def minmax_indices(values: Sequence[float], max_points: int) -> list[int]:
     return sorted(keep)
 
 
-# --- rollups --------------------------------------------------------------------------------
-#
-# Ingest keeps, per series, a summary of every bucket of 2**level consecutive steps at a few
-# fixed levels, so a downsampled read of a long series reads a few thousand summaries instead
-# of every point. With each level twice as coarse as the one below, a read needs fewer than
-# two summaries per output bucket (the coarser level having had fewer than one).
-
-ROLLUP_LEVELS: tuple[int, ...] = tuple(range(6, 17))
-"""Bucket widths 64 to 65,536 steps (bucket = step >> level), finest first."""
+# --- summaries ------------------------------------------------------------------------------
 
 Point = tuple[int, float, float]
 """(step, value, time)"""
 
 
 class Rollup(NamedTuple):
-    """The points of one bucket: how many, the first and last by step, and the lowest and
-    highest by value (the earliest step wins a tie, as with `min()` and `max()`)."""
+    """A summary of some points of one series: how many, the first and last by step, and the
+    lowest and highest by value (the earliest step wins a tie, as with `min()` and `max()`)."""
 
     point_count: int
     first_step: int
@@ -94,55 +87,20 @@ def rollup_of(points: Sequence[Point]) -> Rollup:
     return Rollup(len(ordered), *ordered[0], *ordered[-1], *low, *high)
 
 
-def merge_rollups(old: Rollup, new: Rollup) -> Rollup:
-    """The summary of two disjoint sets of points, from theirs: the rule the database's
-    upsert applies when a batch adds points to a bucket that already has some."""
-    first = new.first if new.first_step < old.first_step else old.first
-    last = new.last if new.last_step > old.last_step else old.last
-    low = new.low if (new.min_value, new.min_step) < (old.min_value, old.min_step) else old.low
-    high = new.high if (new.max_value, -new.max_step) > (old.max_value, -old.max_step) else old.high
-    return Rollup(old.point_count + new.point_count, *first, *last, *low, *high)
-
-
-def rollups_by_bucket(points: Sequence[Point], level: int) -> dict[int, Rollup]:
-    """Bucket (step >> level) -> the summary of its points, in bucket order: what the
-    database keeps for `level`."""
-    members: dict[int, list[Point]] = {}
-    for point in points:
-        members.setdefault(point[0] >> level, []).append(point)
-    return {bucket: rollup_of(members[bucket]) for bucket in sorted(members)}
-
-
-def coarser_rollups(rollups: Mapping[int, Rollup], shift: int) -> dict[int, Rollup]:
-    """Summaries `shift` levels coarser, from finer ones (bucket -> rollup)."""
-    coarse: dict[int, Rollup] = {}
-    for bucket, rollup in rollups.items():
-        parent = bucket >> shift
-        seen = coarse.get(parent)
-        coarse[parent] = rollup if seen is None else merge_rollups(seen, rollup)
-    return coarse
-
-
-def rollup_level(bucket_counts: Mapping[int, int], max_points: int) -> int | None:
-    """The coarsest level with at least as many buckets as a `max_points` reduction has
-    output buckets (each keeps its lowest and highest point), or None when even the finest
-    level is too coarse. `bucket_counts`: level -> the series' buckets in the range."""
-    groups = minmax_groups(max_points)
-    fits = [level for level, count in bucket_counts.items() if count >= groups]
-    return max(fits) if fits else None
-
-
 def minmax_rollup_points(rows: Sequence[Rollup], max_points: int) -> list[Point]:
-    """The points to keep (in step order) so that at most `max_points` remain, from bucket
-    summaries in step order: the first, the last, and the lowest and highest point of each
-    of `minmax_groups(max_points)` equal step ranges (a summary belongs to the range its
-    first step falls in). The promises of `minmax_indices`, without reading the points."""
+    """The points to keep (in step order) so that at most `max_points` remain, from the
+    summaries of disjoint sets of points, in order of their first steps: the first, the last,
+    and the lowest and highest point of each of `minmax_groups(max_points)` equal step ranges
+    (a summary belongs to the range its first step falls in). The promises of
+    `minmax_indices`, without reading the points. Summaries may overlap in steps (chunks of
+    a series where a batch filled in older steps), so the last point is the latest of any."""
     groups = minmax_groups(max_points)
     if not rows:
         return []
-    first, last = rows[0].first_step, rows[-1].last_step
+    last_row = max(rows, key=_last_step)
+    first, last = rows[0].first_step, last_row.last_step
     span = last - first + 1
-    keep = {first: rows[0].first, last: rows[-1].last}
+    keep = {first: rows[0].first, last: last_row.last}
     current, low, high = -1, rows[0], rows[0]
     for row in rows:
         group = (row.first_step - first) * groups // span
@@ -157,6 +115,10 @@ def minmax_rollup_points(rows: Sequence[Rollup], max_points: int) -> list[Point]
             high = row
     keep[low.min_step], keep[high.max_step] = low.low, high.high
     return [keep[step] for step in sorted(keep)]
+
+
+def _last_step(row: Rollup) -> int:
+    return row.last_step
 
 
 def minmax_groups(max_points: int) -> int:

@@ -11,7 +11,7 @@ from crucible.db.tables.lineage import (
     LineageEdge,
     RunInput,
 )
-from crucible.db.tables.metrics import MetricPoint, MetricRollup, MetricSeries
+from crucible.db.tables.metrics import MetricChunk, MetricSeries
 from crucible.db.tables.plumbing import IdempotencyRecord, OutboxMessage
 from crucible.db.tables.runs import Attempt, Run, RunEvent
 from crucible.db.tables.tenancy import ApiToken, Experiment, Project
@@ -29,8 +29,7 @@ __all__ = [
     "Experiment",
     "IdempotencyRecord",
     "LineageEdge",
-    "MetricPoint",
-    "MetricRollup",
+    "MetricChunk",
     "MetricSeries",
     "OutboxMessage",
     "Project",

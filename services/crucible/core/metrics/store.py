@@ -1,0 +1,249 @@
+"""The statements of the chunked metric store, on either database.
+
+A batch writes one `metric_chunks` row per series it adds points to; a read selects the
+chunks overlapping its step range by the primary key (series_id, first_step), bounded below
+by the series' widest chunk (`max_chunk_span`), so it never scans the series from its start.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Row, insert, select, text, update
+from sqlalchemy.orm import Session
+
+from crucible.db.tables import MetricChunk, MetricSeries, Run
+from crucible.db.upsert import insert_statement
+from crucible.domain.chunks import Chunk, PackedChunk, Points, unpack, unpack_steps
+from crucible.domain.downsample import Rollup
+from crucible.domain.errors import NotFound
+
+
+@dataclass(frozen=True)
+class SeriesState:
+    """A series a batch writes to, as its locked row says."""
+
+    id: int
+    last_step: int | None
+    max_chunk_span: int
+
+
+@dataclass(frozen=True)
+class SeriesGain:
+    """What one batch added to one series."""
+
+    series_id: int
+    added: int
+    top_step: int
+    top_value: float
+    span: int  # the new chunk's last step minus its first
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A chunk's row without its points."""
+
+    first_step: int
+    last_step: int
+    rollup: Rollup
+
+
+class MetricStore:
+    """The store's statements, for one session's database (`store_for`)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # --- ingest -----------------------------------------------------------------------------
+
+    def hold_run(self, run_id: int) -> None:
+        """Key-share lock the run row until commit: a deletion of the run waits for this
+        batch (and then cascades to its chunks), or this batch waits for the deletion and
+        finds no run, rather than failing on a foreign key."""
+        held = self.session.scalar(
+            select(Run.id).where(Run.id == run_id).with_for_update(key_share=True)
+        )
+        if held is None:
+            raise NotFound("run", run_id)
+
+    def lock_series(self, run_id: int, keys: list[str]) -> dict[str, SeriesState]:
+        """The series of `keys`, created where missing, their rows locked (in id order, so
+        that concurrent batches of one run wait on each other and never deadlock)."""
+        query = (
+            select(
+                MetricSeries.key,
+                MetricSeries.id,
+                MetricSeries.last_step,
+                MetricSeries.max_chunk_span,
+            )
+            .where(MetricSeries.run_id == run_id, MetricSeries.key.in_(keys))
+            .order_by(MetricSeries.id)
+            .with_for_update()
+        )
+        found = {row.key: _series_state(row) for row in self.session.execute(query)}
+        missing = [k for k in keys if k not in found]
+        if missing:
+            self.session.execute(
+                insert_statement(self.session, MetricSeries).on_conflict_do_nothing(),
+                [
+                    {"run_id": run_id, "key": k, "point_count": 0, "max_chunk_span": 0}
+                    for k in missing
+                ],
+            )
+            again = query.where(MetricSeries.key.in_(missing))
+            found.update({row.key: _series_state(row) for row in self.session.execute(again)})
+        return found
+
+    def stored_steps(self, series: SeriesState, low: int, high: int) -> set[int]:
+        """The steps of `series` already stored in [low, high]."""
+        rows = self.session.execute(
+            select(MetricChunk.first_step, MetricChunk.point_count, MetricChunk.steps).where(
+                *self._overlapping(series.id, series.max_chunk_span, low, high)
+            )
+        )
+        stored: set[int] = set()
+        for first_step, count, steps in rows:
+            stored.update(s for s in unpack_steps(first_step, count, steps) if low <= s <= high)
+        return stored
+
+    def add_chunks(self, chunks: Sequence[tuple[int, Chunk]]) -> None:
+        """Insert one chunk per (series id, chunk)."""
+        self.session.execute(
+            insert(MetricChunk),
+            [
+                {
+                    "series_id": series_id,
+                    "first_step": chunk.summary.first_step,
+                    "last_step": chunk.summary.last_step,
+                    "point_count": chunk.summary.point_count,
+                    "steps": chunk.steps,
+                    "values": chunk.values,
+                    "times": chunk.times,
+                    **_summary_columns(chunk.summary),
+                }
+                for series_id, chunk in chunks
+            ],
+        )
+
+    def apply_gains(self, gains: Sequence[SeriesGain]) -> None:
+        """Keep each series' count, last point and widest chunk right. A top step above the
+        stored last step was necessarily new, so the last value only ever comes from a point
+        this batch stored."""
+        self.session.execute(_UPDATE_SERIES, [g.__dict__ for g in sorted(gains, key=_by_series)])
+
+    def advance_run(self, run_id: int, top_step: int) -> None:
+        # Conditional, so concurrent batches can only move it forward.
+        self.session.execute(
+            update(Run)
+            .where(Run.id == run_id, (Run.latest_step.is_(None)) | (Run.latest_step < top_step))
+            .values(latest_step=top_step)
+        )
+
+    # --- history ----------------------------------------------------------------------------
+
+    def chunks_in(self, series_id: int, max_span: int, low: int, high: int) -> list[Points]:
+        """The points of the chunks overlapping [low, high], chunk by chunk in first-step
+        order (not cut to the range)."""
+        rows = self.session.execute(
+            select(
+                MetricChunk.first_step,
+                MetricChunk.point_count,
+                MetricChunk.steps,
+                MetricChunk.values,
+                MetricChunk.times,
+            )
+            .where(*self._overlapping(series_id, max_span, low, high))
+            .order_by(MetricChunk.first_step)
+        )
+        return [unpack(*row) for row in rows]
+
+    def packed_at(self, series_id: int, first_steps: Sequence[int]) -> list[PackedChunk]:
+        """The columns of the chunks starting at `first_steps`, still packed."""
+        if not first_steps:
+            return []
+        rows = self.session.execute(
+            select(
+                MetricChunk.first_step,
+                MetricChunk.point_count,
+                MetricChunk.steps,
+                MetricChunk.values,
+                MetricChunk.times,
+            ).where(MetricChunk.series_id == series_id, MetricChunk.first_step.in_(first_steps))
+        )
+        return [PackedChunk(*row) for row in rows]
+
+    def summaries_in(self, series_id: int, max_span: int, low: int, high: int) -> list[Summary]:
+        """The summaries of the chunks overlapping [low, high], in first-step order."""
+        rows = self.session.execute(
+            select(
+                MetricChunk.last_step,
+                MetricChunk.point_count,
+                MetricChunk.first_step,
+                MetricChunk.first_value,
+                MetricChunk.first_time,
+                MetricChunk.last_step,
+                MetricChunk.last_value,
+                MetricChunk.last_time,
+                MetricChunk.min_step,
+                MetricChunk.min_value,
+                MetricChunk.min_time,
+                MetricChunk.max_step,
+                MetricChunk.max_value,
+                MetricChunk.max_time,
+            )
+            .where(*self._overlapping(series_id, max_span, low, high))
+            .order_by(MetricChunk.first_step)
+        )
+        return [_summary(tuple(row)) for row in rows]
+
+    @staticmethod
+    def _overlapping(series_id: int, max_span: int, low: int, high: int) -> tuple[Any, ...]:
+        return (
+            MetricChunk.series_id == series_id,
+            MetricChunk.first_step.between(max(0, low - max_span), high),
+            MetricChunk.last_step >= low,
+        )
+
+
+def _series_state(row: Row[str, int, int | None, int]) -> SeriesState:
+    return SeriesState(row.id, row.last_step, row.max_chunk_span)
+
+
+def store_for(session: Session) -> MetricStore:
+    return MetricStore(session)
+
+
+def _by_series(gain: SeriesGain) -> int:
+    return gain.series_id
+
+
+def _summary(row: tuple[Any, ...]) -> Summary:
+    rollup = Rollup(*row[1:])
+    return Summary(rollup.first_step, cast(int, row[0]), rollup)
+
+
+def _summary_columns(summary: Rollup) -> dict[str, float | int]:
+    return {
+        "first_value": summary.first_value,
+        "first_time": summary.first_time,
+        "last_value": summary.last_value,
+        "last_time": summary.last_time,
+        "min_step": summary.min_step,
+        "min_value": summary.min_value,
+        "min_time": summary.min_time,
+        "max_step": summary.max_step,
+        "max_value": summary.max_value,
+        "max_time": summary.max_time,
+    }
+
+
+_UPDATE_SERIES = text("""
+UPDATE metric_series SET
+    point_count = point_count + :added,
+    last_value = CASE WHEN last_step IS NULL OR :top_step > last_step
+                      THEN :top_value ELSE last_value END,
+    last_step = CASE WHEN last_step IS NULL OR :top_step > last_step
+                     THEN :top_step ELSE last_step END,
+    max_chunk_span = CASE WHEN :span > max_chunk_span THEN :span ELSE max_chunk_span END
+WHERE id = :series_id
+""")
