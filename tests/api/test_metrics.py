@@ -188,6 +188,74 @@ def test_rows_store_the_same_points_as_single_points(admin: TestClient, run_id: 
     assert series["loss"]["times"][1] > 1.7e9  # no time: when the server received it
 
 
+def test_columns_store_the_same_points_as_rows(admin: TestClient, run_id: int) -> None:
+    columns = [
+        {
+            "keys": ["loss", "lr"],
+            "steps": [0, 1, 2],
+            "times": [1_700_000_000.0, 1_700_000_001.0, 1_700_000_002.0],
+            "values": [2.0, 0.1, 1.5, 0.1, 1.2, 0.05],
+        },
+        {"keys": ["acc"], "steps": [2], "values": [0.5]},
+    ]
+    body = {"rows": [{"step": 0, "values": {"loss": 9.0}}], "columns": columns}
+    response = admin.post(f"/api/v1/runs/{run_id}/metrics", json=body)
+    assert response.status_code == 200, response.text
+    # The row for (loss, 0) comes before the columns, so it wins over their value.
+    assert response.json() == {"accepted": 7, "duplicates": 1, "replayed": False}
+    series = read(admin, run_id)
+    assert (series["loss"]["steps"], series["loss"]["values"]) == ([0, 1, 2], [9.0, 1.5, 1.2])
+    assert (series["lr"]["values"], series["lr"]["times"]) == (
+        [0.1, 0.1, 0.05],
+        [1_700_000_000.0, 1_700_000_001.0, 1_700_000_002.0],
+    )
+    assert series["acc"]["steps"] == [2] and series["acc"]["times"][0] > 1.7e9
+
+
+def test_bad_columns_are_422_naming_the_field(admin: TestClient, run_id: int) -> None:
+    good = {"keys": ["fine"], "steps": [0], "values": [0.0]}
+    bad_groups: list[tuple[dict[str, Any], list[Any], str]] = [
+        ({"keys": ["a", "b"], "steps": [1, 2], "values": [1.0, 2.0, 3.0]}, [], "values holds 3"),
+        ({"keys": ["a", "a"], "steps": [1], "values": [1.0, 2.0]}, [], "keys repeats ['a']"),
+        (
+            {"keys": ["a"], "steps": [1, 2], "times": [1.7e9], "values": [1.0, 2.0]},
+            [],
+            "times holds 1 times for 2 steps",
+        ),
+        ({"keys": ["a,b"], "steps": [1], "values": [1.0]}, ["keys", 0], "pattern"),
+        ({"keys": ["a"], "steps": [-1], "values": [1.0]}, ["steps", 0], "greater than"),
+        ({"keys": ["a"], "steps": [1], "values": ["high"]}, ["values", 0], "number"),
+        ({"keys": [], "steps": [1], "values": []}, ["keys"], "at least 1"),
+        ({"keys": ["a"], "steps": [1], "values": [1.0], "colour": "red"}, ["colour"], "Extra"),
+    ]
+    for group, where, message in bad_groups:
+        response = admin.post(f"/api/v1/runs/{run_id}/metrics", json={"columns": [good, group]})
+        assert response.status_code == 422, group
+        (error,) = response.json()["detail"]
+        assert error["loc"] == ["body", "columns", 1, *where], (group, error)
+        assert message in error["msg"], (group, error)
+    response = admin.post(
+        f"/api/v1/runs/{run_id}/metrics",
+        content=b'{"columns": [{"keys": ["a"], "steps": [1], "values": [NaN]}]}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["type"] == "finite_number"
+    assert read(admin, run_id) == {}
+
+
+def test_columns_count_towards_the_10000_points_of_a_batch(admin: TestClient, run_id: int) -> None:
+    columns = [
+        {"keys": [f"m{k}" for k in range(100)], "steps": list(range(100)), "values": [0.0] * 10_000}
+    ]
+    body = {"points": [{"key": "loss", "step": 0, "value": 0.0}], "columns": columns}
+    response = admin.post(f"/api/v1/runs/{run_id}/metrics", json=body)
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert "holds 10001 points; at most 10000" in error["msg"]
+    assert read(admin, run_id) == {}
+
+
 def test_rows_past_10000_points_in_all_are_422_naming_the_count(
     admin: TestClient, run_id: int
 ) -> None:

@@ -35,7 +35,19 @@ def shipper(client: RecordingClient, **kwargs: Any) -> MetricShipper:
 
 
 def sent_rows(client: RecordingClient) -> list[dict[str, Any]]:
-    return [row for body in client.bodies for row in body["rows"]]
+    return [row for body in client.bodies for row in rows_of_columns(body)]
+
+
+def rows_of_columns(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows a body's `columns` hold, one per step, in order."""
+    rows = []
+    for group in body["columns"]:
+        keys, values = group["keys"], group["values"]
+        width = len(keys)
+        for index, (step, time) in enumerate(zip(group["steps"], group["times"], strict=True)):
+            row_values = dict(zip(keys, values[index * width : (index + 1) * width], strict=True))
+            rows.append({"step": step, "time": time, "values": row_values})
+    return rows
 
 
 def test_an_invalid_key_raises_on_every_call_after_valid_keys_were_remembered() -> None:
@@ -115,7 +127,7 @@ def test_rows_go_in_order_in_batches_of_at_most_batch_points() -> None:
     finally:
         metrics.close(timeout=10)
     assert len(client.bodies) >= 5
-    assert all(sum(len(r["values"]) for r in body["rows"]) <= 12 for body in client.bodies)
+    assert all(sum(len(g["values"]) for g in body["columns"]) <= 12 for body in client.bodies)
     rows = sent_rows(client)
     assert [r["step"] for r in rows] == [*range(10), 10, 10, 10]
     assert [len(r["values"]) for r in rows[-3:]] == [12, 12, 6]

@@ -71,13 +71,51 @@ class MetricRowIn(TypedDict):
     ]
 
 
+class MetricColumnsIn(ApiModel):
+    """Steps that logged the same keys, as columns: the keys once, the steps, their times,
+    and the values step by step (the first step's value of each key in `keys` order, then
+    the second step's, ...). What the SDK sends: a batch's keys are written once per group
+    instead of once per point, and its numbers are plain lists."""
+
+    keys: list[MetricKey] = Field(min_length=1, max_length=MAX_BATCH_POINTS)
+    steps: list[StepOfPoint] = Field(min_length=1, max_length=MAX_BATCH_POINTS)
+    times: list[MetricTime] | None = Field(
+        default=None,
+        description="Seconds since the epoch, one per step, as in `points`; default: when the "
+        "server receives them.",
+    )
+    values: list[FiniteValue] = Field(
+        max_length=MAX_BATCH_POINTS,
+        description="len(steps) x len(keys) finite numbers, step by step.",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> "MetricColumnsIn":
+        if len(set(self.keys)) != len(self.keys):
+            repeated = sorted({k for k in self.keys if self.keys.count(k) > 1})
+            raise ValueError(f"keys repeats {repeated}; name each key once")
+        if len(self.values) != len(self.steps) * len(self.keys):
+            raise ValueError(
+                f"values holds {len(self.values)} numbers; {len(self.steps)} steps x "
+                f"{len(self.keys)} keys need {len(self.steps) * len(self.keys)}"
+            )
+        if self.times is not None and len(self.times) != len(self.steps):
+            raise ValueError(
+                f"times holds {len(self.times)} times for {len(self.steps)} steps; give one "
+                "per step or none"
+            )
+        return self
+
+
 class MetricBatch(ApiModel):
-    """Up to 10,000 points of one run, as single points, as rows of one step each, or both.
-    A (key, step) already stored is a duplicate and keeps its first value; within one batch,
-    too, the first occurrence of a (key, step) wins (`points` before `rows`)."""
+    """Up to 10,000 points of one run, as single points, as rows of one step each, as
+    columns, or any mix. A (key, step) already stored is a duplicate and keeps its first
+    value; within one batch, too, the first occurrence of a (key, step) wins (`points`, then
+    `rows`, then `columns`)."""
 
     points: list[MetricPointIn] = Field(default_factory=list, max_length=MAX_BATCH_POINTS)
     rows: list[MetricRowIn] = Field(default_factory=list, max_length=MAX_BATCH_POINTS)
+    columns: list[MetricColumnsIn] = Field(default_factory=list, max_length=MAX_BATCH_POINTS)
 
     @model_validator(mode="after")
     def _at_most_max_points(self) -> "MetricBatch":
@@ -90,7 +128,11 @@ class MetricBatch(ApiModel):
 
     @property
     def point_count(self) -> int:
-        return len(self.points) + sum(len(row["values"]) for row in self.rows)
+        return (
+            len(self.points)
+            + sum(len(row["values"]) for row in self.rows)
+            + sum(len(group.values) for group in self.columns)
+        )
 
 
 class IngestResult(PublicModel):

@@ -1,10 +1,11 @@
 """Metric points from the training loop to the API without ever blocking a step.
 
 `log` appends one row (a step's values) to a bounded in-memory buffer under a lock held for
-microseconds; a background thread sends the rows in batches of up to 10,000 points. Rows
-stay rows on the wire (`MetricBatch.rows`): a step of 20 metrics is one small dict to build
-and encode, not 20, and on a step that holds the GIL every bit of the SDK's Python work,
-in either thread, is time the step waits. Each batch keeps one
+microseconds; a background thread sends the rows in batches of up to 10,000 points, as
+columns (`MetricBatch.columns`: the keys once per run of rows that logged the same keys,
+then plain lists of steps, times and values), which costs the SDK a few calls per row and
+the API no object per point; on a step that holds the GIL every bit of the SDK's Python
+work, in either thread, is time the step waits. Each batch keeps one
 Idempotency-Key across all its retries, so a retry after a lost answer stores nothing twice.
 While the API is unreachable the thread retries with exponential backoff and the buffer
 grows up to its bound; past the bound the oldest points are dropped and counted.
@@ -18,12 +19,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 
 from crucible.client import ApiError, CrucibleClient
 from crucible.client.http import TRANSIENT_STATUSES
-from crucible.schemas.metrics import KEY_PATTERN, MAX_BATCH_POINTS, MetricRowIn
+from crucible.schemas.metrics import KEY_PATTERN, MAX_BATCH_POINTS
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +40,31 @@ ENCODE_CHUNK_POINTS = 2_000
 
 
 def _encode(batch: list[_Row]) -> bytes:
-    """The JSON body of a batch, built about `ENCODE_CHUNK_POINTS` points at a time with the
-    GIL let go after each full chunk: a training thread waiting for the GIL (after every CUDA
-    launch or CPU kernel) would otherwise wait for the whole batch, up to the interpreter's
-    5 ms switch interval. A chunk is as many rows as hold that many points on average,
-    sliced off the batch rather than counted out row by row."""
-    points = sum(len(values) for _, _, values in batch)
-    rows_per_chunk = max(1, len(batch) * ENCODE_CHUNK_POINTS // max(points, 1))
-    parts = []
-    for start in range(0, len(batch), rows_per_chunk):
-        chunk = batch[start : start + rows_per_chunk]
-        rows: list[MetricRowIn] = [{"step": s, "time": t, "values": v} for s, t, v in chunk]
-        parts.append(orjson.dumps(rows)[1:-1])
-        if len(chunk) == rows_per_chunk:
+    """The JSON body of a batch as `MetricBatch.columns`: consecutive rows that logged the
+    same keys (in the same order) make one group, so the keys are written once per group
+    and the numbers as plain lists. Grouping is a few C-level calls per row, not per point;
+    the GIL is let go after every `ENCODE_CHUNK_POINTS` points or so: a training thread
+    waiting for it (after every CUDA launch or CPU kernel) would otherwise wait for the
+    whole batch, up to the interpreter's 5 ms switch interval."""
+    groups: list[dict[str, list[Any]]] = []
+    keys: tuple[str, ...] = ()
+    steps: list[int] = []
+    times: list[float] = []
+    values: list[float] = []
+    since_yield = 0
+    for step, now, numbers in batch:
+        row_keys = tuple(numbers)
+        if row_keys != keys:
+            keys, steps, times, values = row_keys, [], [], []
+            groups.append({"keys": list(keys), "steps": steps, "times": times, "values": values})
+        steps.append(step)
+        times.append(now)
+        values += numbers.values()
+        since_yield += len(row_keys)
+        if since_yield >= ENCODE_CHUNK_POINTS:
+            since_yield = 0
             time.sleep(0)
-    return b'{"rows":[' + b",".join(parts) + b"]}"
+    return orjson.dumps({"columns": groups})
 
 
 def _rows_of(step: int, now: float, numbers: dict[str, float], limit: int) -> list[_Row]:

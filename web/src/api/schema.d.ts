@@ -1972,15 +1972,41 @@ export interface components {
         };
         /**
          * MetricBatch
-         * @description Up to 10,000 points of one run, as single points, as rows of one step each, or both.
-         *     A (key, step) already stored is a duplicate and keeps its first value; within one batch,
-         *     too, the first occurrence of a (key, step) wins (`points` before `rows`).
+         * @description Up to 10,000 points of one run, as single points, as rows of one step each, as
+         *     columns, or any mix. A (key, step) already stored is a duplicate and keeps its first
+         *     value; within one batch, too, the first occurrence of a (key, step) wins (`points`, then
+         *     `rows`, then `columns`).
          */
         MetricBatch: {
+            /** Columns */
+            columns?: components["schemas"]["MetricColumnsIn"][];
             /** Points */
             points?: components["schemas"]["MetricPointIn"][];
             /** Rows */
             rows?: components["schemas"]["MetricRowIn"][];
+        };
+        /**
+         * MetricColumnsIn
+         * @description Steps that logged the same keys, as columns: the keys once, the steps, their times,
+         *     and the values step by step (the first step's value of each key in `keys` order, then
+         *     the second step's, ...). What the SDK sends: a batch's keys are written once per group
+         *     instead of once per point, and its numbers are plain lists.
+         */
+        MetricColumnsIn: {
+            /** Keys */
+            keys: string[];
+            /** Steps */
+            steps: number[];
+            /**
+             * Times
+             * @description Seconds since the epoch, one per step, as in `points`; default: when the server receives them.
+             */
+            times?: (number | null)[] | null;
+            /**
+             * Values
+             * @description len(steps) x len(keys) finite numbers, step by step.
+             */
+            values: number[];
         };
         /** MetricHistory */
         MetricHistory: {

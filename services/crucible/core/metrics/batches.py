@@ -16,7 +16,7 @@ class BatchSeries:
 
 
 def series_of(batch: MetricBatch) -> dict[str, BatchSeries]:
-    """Key -> its points, in the order the batch gives them: `points`, then `rows`."""
+    """Key -> its points, in the order the batch gives them: `points`, `rows`, `columns`."""
     grouped: dict[str, BatchSeries] = {}
     for point in batch.points:
         series = grouped.get(point["key"])
@@ -34,4 +34,16 @@ def series_of(batch: MetricBatch) -> dict[str, BatchSeries]:
             series.steps.append(step)
             series.values.append(value)
             series.times.append(time)
+    for group in batch.columns:
+        width = len(group.keys)
+        times: list[float | None] = (
+            [None] * len(group.steps) if group.times is None else list(group.times)
+        )
+        for position, key in enumerate(group.keys):
+            series = grouped.get(key)
+            if series is None:
+                series = grouped[key] = BatchSeries()
+            series.steps += group.steps
+            series.values += group.values[position::width]
+            series.times += times
     return grouped

@@ -37,6 +37,11 @@ from crucible.schemas.metrics import (
 )
 
 _NO_POINTS = Points([], [], [])
+_NO_COLUMNS: Columns = (
+    np.empty(0, dtype=np.int64),
+    np.empty(0, dtype=np.float64),
+    np.empty(0, dtype=np.float64),
+)
 
 
 def list_keys(*, session: Session, principal: Principal, run_id: int) -> MetricKeysPublic:
@@ -147,12 +152,23 @@ def _read_series(
     # wider ones (and of the ends) by their summaries per bucket.
     narrow = [s.rollup for s in inside if (s.last_step - s.first_step + 1) * groups <= span]
     too_wide = [s.first_step for s in inside if (s.last_step - s.first_step + 1) * groups > span]
-    rows: list[Rollup] = narrow
-    for columns in [*(decode(c) for c in store.packed_at(series.id, too_wide)), *ends]:
-        rows += bucket_summaries(columns, first=first, span=span, groups=groups)
+    wide = [decode(chunk) for chunk in store.packed_at(series.id, too_wide)]
+    rows = narrow + bucket_summaries(_joined([*wide, *ends]), first=first, span=span, groups=groups)
     rows.sort(key=_first_step)
     kept = minmax_rollup_points(rows, max_points)
     return Points([p[0] for p in kept], [p[1] for p in kept], [p[2] for p in kept]), total
+
+
+def _joined(parts: Sequence[Columns]) -> Columns:
+    """Some chunks' points as one set of arrays in step order (chunks of a series overlap
+    only where a batch filled in older steps; then they are sorted)."""
+    if not parts:
+        return _NO_COLUMNS
+    steps, values, times = (np.concatenate([part[i] for part in parts]) for i in range(3))
+    if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+        order = np.argsort(steps, kind="stable")
+        steps, values, times = steps[order], values[order], times[order]
+    return steps, values, times
 
 
 def _within(columns: Columns, low: int, high: int) -> Columns:
