@@ -57,15 +57,16 @@ class MetricStore:
 
     # --- ingest -----------------------------------------------------------------------------
 
-    def hold_run(self, run_id: int) -> None:
-        """Key-share lock the run row until commit: a deletion of the run waits for this
-        batch (and then cascades to its chunks), or this batch waits for the deletion and
-        finds no run, rather than failing on a foreign key."""
-        held = self.session.scalar(
-            select(Run.id).where(Run.id == run_id).with_for_update(key_share=True)
+    def hold_run(self, run_id: int) -> int:
+        """Key-share lock the run row until commit and return its project's id: a deletion
+        of the run waits for this batch (and then cascades to its chunks), or this batch
+        waits for the deletion and finds no run, rather than failing on a foreign key."""
+        project_id = self.session.scalar(
+            select(Run.project_id).where(Run.id == run_id).with_for_update(key_share=True)
         )
-        if held is None:
+        if project_id is None:
             raise NotFound("run", run_id)
+        return project_id
 
     def lock_series(self, run_id: int, keys: list[str]) -> dict[str, SeriesState]:
         """The series of `keys`, created where missing, their rows locked (in id order, so
@@ -130,7 +131,24 @@ class MetricStore:
         """Keep each series' count, last point and widest chunk right. A top step above the
         stored last step was necessarily new, so the last value only ever comes from a point
         this batch stored."""
-        self.session.execute(_UPDATE_SERIES, [g.__dict__ for g in sorted(gains, key=_by_series)])
+        ordered = sorted(gains, key=_by_series)
+        for start in range(0, len(ordered), _GAINS_PER_STATEMENT):
+            part = ordered[start : start + _GAINS_PER_STATEMENT]
+            values = ", ".join(
+                f"(CAST(:i{n} AS BIGINT), CAST(:a{n} AS BIGINT), CAST(:s{n} AS BIGINT), "
+                f"CAST(:v{n} AS DOUBLE PRECISION), CAST(:w{n} AS BIGINT))"
+                for n in range(len(part))
+            )
+            params: dict[str, int | float] = {}
+            for n, gain in enumerate(part):
+                params |= {
+                    f"i{n}": gain.series_id,
+                    f"a{n}": gain.added,
+                    f"s{n}": gain.top_step,
+                    f"v{n}": gain.top_value,
+                    f"w{n}": gain.span,
+                }
+            self.session.execute(text(_UPDATE_SERIES.format(values=values)), params)
 
     def advance_run(self, run_id: int, top_step: int) -> None:
         # Conditional, so concurrent batches can only move it forward.
@@ -262,13 +280,19 @@ def _summary_columns(summary: Rollup) -> dict[str, float | int]:
     }
 
 
-_UPDATE_SERIES = text("""
+# One statement for every series of a batch (a CTE, not `FROM (VALUES ...) AS g(...)`, which
+# SQLite cannot name). SET reads the row's values before the update on both databases.
+_UPDATE_SERIES = """
+WITH gain(series_id, added, top_step, top_value, span) AS (VALUES {values})
 UPDATE metric_series SET
-    point_count = point_count + :added,
-    last_value = CASE WHEN last_step IS NULL OR :top_step > last_step
-                      THEN :top_value ELSE last_value END,
-    last_step = CASE WHEN last_step IS NULL OR :top_step > last_step
-                     THEN :top_step ELSE last_step END,
-    max_chunk_span = CASE WHEN :span > max_chunk_span THEN :span ELSE max_chunk_span END
-WHERE id = :series_id
-""")
+    point_count = point_count + gain.added,
+    last_value = CASE WHEN last_step IS NULL OR gain.top_step > last_step
+                      THEN gain.top_value ELSE last_value END,
+    last_step = CASE WHEN last_step IS NULL OR gain.top_step > last_step
+                     THEN gain.top_step ELSE last_step END,
+    max_chunk_span = CASE WHEN gain.span > max_chunk_span THEN gain.span ELSE max_chunk_span END
+FROM gain
+WHERE metric_series.id = gain.series_id
+"""
+# Five parameters a series: within SQLite's 32,766 and Postgres' 65,535 per statement.
+_GAINS_PER_STATEMENT = 1_000
