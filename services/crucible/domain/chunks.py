@@ -10,6 +10,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from crucible.domain.downsample import Rollup
 
@@ -28,16 +29,8 @@ def _packed(typecode: str, items: Sequence[float] | Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
-def _ints(data: bytes) -> list[int]:
-    items = array("q")
-    items.frombytes(data)
-    if sys.byteorder == "little":
-        items.byteswap()
-    return items.tolist()
-
-
-def _floats(data: bytes) -> list[float]:
-    items = array("d")
+def _unpacked(typecode: str, data: bytes) -> list[Any]:
+    items = array(typecode)
     items.frombytes(data)
     if sys.byteorder == "little":
         items.byteswap()
@@ -109,9 +102,11 @@ def unpack(
 ) -> Points:
     """A chunk's points back, from its row's columns."""
     return Points(
-        list(range(first_step, first_step + point_count)) if steps is None else _ints(steps),
-        _floats(values),
-        _floats(times),
+        list(range(first_step, first_step + point_count))
+        if steps is None
+        else _unpacked("q", steps),
+        _unpacked("d", values),
+        _unpacked("d", times),
     )
 
 
@@ -119,4 +114,4 @@ def unpack_steps(first_step: int, point_count: int, steps: bytes | None) -> list
     """Only a chunk's steps (what a batch checks for duplicates)."""
     if steps is None:
         return list(range(first_step, first_step + point_count))
-    return _ints(steps)
+    return _unpacked("q", steps)
