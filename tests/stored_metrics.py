@@ -5,7 +5,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from crucible.domain.chunks import unpack
+from crucible.domain.chunks import PackedChunk, unpack
 
 StoredPoint = tuple[int, str, int, float]
 """(run id, key, step, value)"""
@@ -24,7 +24,7 @@ def stored_points(connection: Connection, run_id: int | None = None) -> list[Sto
     ).all()
     found: list[StoredPoint] = []
     for run, key, first_step, count, steps, values, times in chunks:
-        points = unpack(first_step, count, _bytes(steps), bytes(values), bytes(times))
+        points = unpack(PackedChunk(first_step, count, _bytes(steps), bytes(values), bytes(times)))
         found.extend((run, key, s, v) for s, v in zip(points.steps, points.values, strict=True))
     return found
 

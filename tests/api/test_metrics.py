@@ -454,7 +454,7 @@ def stored(factory: sessionmaker[Session], run_id: int) -> Stored:
     chunks: dict[str, list[tuple[Rollup, list[StoredPoint]]]] = {key: [] for key in keys.values()}
     for series_id, steps, values, times, *summary in chunk_rows:
         rollup = Rollup(*summary)
-        members = unpack(rollup.first_step, rollup.point_count, steps, values, times)
+        members = unpack(PackedChunk(rollup.first_step, rollup.point_count, steps, values, times))
         chunks[keys[series_id]].append(
             (rollup, list(zip(members.steps, members.values, members.times, strict=True)))
         )

@@ -31,7 +31,7 @@ def packed(points: list[Point]) -> PackedChunk:
 def test_a_chunk_gives_its_points_back_with_their_summary(points: list[Point]) -> None:
     chunk = pack([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
     assert chunk.summary == rollup_of(points)
-    back = unpack(chunk.summary.first_step, len(points), chunk.steps, chunk.values, chunk.times)
+    back = unpack(packed(points))
     assert list(zip(back.steps, back.values, back.times, strict=True)) == points
     assert unpack_steps(chunk.summary.first_step, len(points), chunk.steps) == back.steps
 

@@ -89,24 +89,13 @@ class Points:
     values: list[float]
     times: list[float]
 
-    def pick(self, indices: Sequence[int]) -> "Points":
-        return Points(
-            [self.steps[i] for i in indices],
-            [self.values[i] for i in indices],
-            [self.times[i] for i in indices],
-        )
 
-
-def unpack(
-    first_step: int, point_count: int, steps: bytes | None, values: bytes, times: bytes
-) -> Points:
+def unpack(chunk: PackedChunk) -> Points:
     """A chunk's points back, from its row's columns."""
     return Points(
-        list(range(first_step, first_step + point_count))
-        if steps is None
-        else _unpacked("q", steps),
-        _unpacked("d", values),
-        _unpacked("d", times),
+        unpack_steps(chunk.first_step, chunk.point_count, chunk.steps),
+        _unpacked("d", chunk.values),
+        _unpacked("d", chunk.times),
     )
 
 

@@ -140,7 +140,7 @@ def _read_series(
     ]
     ends = [_within(decode(chunk), low, high) for chunk in store.packed_at(series.id, crossing)]
     ends = [end for end in ends if len(end[0])]
-    total = sum(s.rollup.point_count for s in inside) + sum(len(end[0]) for end in ends)
+    total = sum(s.point_count for s in inside) + sum(len(end[0]) for end in ends)
     if total <= max_points:
         points = _whole(store, series, low, high)
         return points, len(points.steps)
@@ -150,7 +150,7 @@ def _read_series(
     span = last - first + 1
     # A chunk no wider than an output bucket is represented by its summary; the points of
     # wider ones (and of the ends) by their summaries per bucket.
-    narrow = [s.rollup for s in inside if (s.last_step - s.first_step + 1) * groups <= span]
+    narrow = [s for s in inside if (s.last_step - s.first_step + 1) * groups <= span]
     too_wide = [s.first_step for s in inside if (s.last_step - s.first_step + 1) * groups > span]
     wide = [decode(chunk) for chunk in store.packed_at(series.id, too_wide)]
     rows = narrow + bucket_summaries(_joined([*wide, *ends]), first=first, span=span, groups=groups)

@@ -7,8 +7,8 @@ by the series' widest chunk (`max_chunk_span`), so it never scans the series fro
 """
 
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Row, Select, insert, select, text, update
 from sqlalchemy.orm import Session
@@ -38,15 +38,6 @@ class SeriesGain:
     top_step: int
     top_value: float
     span: int  # the new chunk's last step minus its first
-
-
-@dataclass(frozen=True)
-class Summary:
-    """A chunk's row without its points."""
-
-    first_step: int
-    last_step: int
-    rollup: Rollup
 
 
 class MetricStore:
@@ -115,13 +106,10 @@ class MetricStore:
             [
                 {
                     "series_id": series_id,
-                    "first_step": chunk.summary.first_step,
-                    "last_step": chunk.summary.last_step,
-                    "point_count": chunk.summary.point_count,
                     "steps": chunk.steps,
                     "values": chunk.values,
                     "times": chunk.times,
-                    **_summary_columns(chunk.summary),
+                    **chunk.summary._asdict(),
                 }
                 for series_id, chunk in chunks
             ],
@@ -168,7 +156,7 @@ class MetricStore:
             .where(*self._overlapping(series_id, max_span, low, high))
             .order_by(MetricChunk.first_step)
         )
-        return [unpack(*astuple(chunk)) for chunk in self._packed(statement)]
+        return [unpack(chunk) for chunk in self._packed(statement)]
 
     def packed_at(self, series_id: int, first_steps: Sequence[int]) -> list[PackedChunk]:
         """The chunks starting at `first_steps`, still packed, in first-step order."""
@@ -186,29 +174,14 @@ class MetricStore:
     ) -> list[PackedChunk]:
         return [PackedChunk(*row) for row in self.session.execute(statement)]
 
-    def summaries_in(self, series_id: int, max_span: int, low: int, high: int) -> list[Summary]:
+    def summaries_in(self, series_id: int, max_span: int, low: int, high: int) -> list[Rollup]:
         """The summaries of the chunks overlapping [low, high], in first-step order."""
         rows = self.session.execute(
-            select(
-                MetricChunk.last_step,
-                MetricChunk.point_count,
-                MetricChunk.first_step,
-                MetricChunk.first_value,
-                MetricChunk.first_time,
-                MetricChunk.last_step,
-                MetricChunk.last_value,
-                MetricChunk.last_time,
-                MetricChunk.min_step,
-                MetricChunk.min_value,
-                MetricChunk.min_time,
-                MetricChunk.max_step,
-                MetricChunk.max_value,
-                MetricChunk.max_time,
-            )
+            select(*_SUMMARY)
             .where(*self._overlapping(series_id, max_span, low, high))
             .order_by(MetricChunk.first_step)
         )
-        return [_summary(tuple(row)) for row in rows]
+        return [Rollup._make(row) for row in rows]
 
     @staticmethod
     def _overlapping(series_id: int, max_span: int, low: int, high: int) -> tuple[Any, ...]:
@@ -219,6 +192,8 @@ class MetricStore:
         )
 
 
+# A chunk's summary columns are named as `Rollup`'s fields, in its order.
+_SUMMARY = tuple(getattr(MetricChunk, field) for field in Rollup._fields)
 _PACKED = (
     MetricChunk.first_step,
     MetricChunk.point_count,
@@ -258,26 +233,6 @@ def store_for(session: Session) -> MetricStore:
 
 def _by_series(gain: SeriesGain) -> int:
     return gain.series_id
-
-
-def _summary(row: tuple[Any, ...]) -> Summary:
-    rollup = Rollup(*row[1:])
-    return Summary(rollup.first_step, cast(int, row[0]), rollup)
-
-
-def _summary_columns(summary: Rollup) -> dict[str, float | int]:
-    return {
-        "first_value": summary.first_value,
-        "first_time": summary.first_time,
-        "last_value": summary.last_value,
-        "last_time": summary.last_time,
-        "min_step": summary.min_step,
-        "min_value": summary.min_value,
-        "min_time": summary.min_time,
-        "max_step": summary.max_step,
-        "max_value": summary.max_value,
-        "max_time": summary.max_time,
-    }
 
 
 # One statement for every series of a batch (a CTE, not `FROM (VALUES ...) AS g(...)`, which
