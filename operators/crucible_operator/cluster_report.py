@@ -11,10 +11,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
+from crucible.client import calls
 from crucible.schemas.cluster import ClusterReport, NodeReport, PodReport
 from crucible_operator.context import OperatorContext
-from crucible_operator.facts import Demand, NodeFacts, PodFacts
+from crucible_operator.facts import NodeFacts, PodFacts
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +31,19 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA's GPU feature disc
 
 def build_report(
     pods: Mapping[str, Iterable[PodFacts]],
-    node_load: Mapping[str, Iterable[Demand]],
-    nodes: Mapping[str, Iterable[NodeFacts]],
+    gpus_bound: Mapping[str, int],
+    nodes: Iterable[NodeFacts],
 ) -> ClusterReport:
-    allocated = {node: sum(d.gpus for d in demands) for node, demands in node_load.items()}
     node_reports = [
         NodeReport(
             name=facts.name,
             ready=facts.ready,
             schedulable=not facts.unschedulable,
             gpus_allocatable=facts.allocatable.gpus,
-            gpus_allocated=allocated.get(facts.name, 0),
+            gpus_allocated=gpus_bound.get(facts.name, 0),
             gpu_product=facts.labels.get(GPU_PRODUCT_LABEL, "")[:100],
         )
-        for store in nodes.values()
-        for facts in store
+        for facts in nodes
     ]
     pod_reports = [
         PodReport(
@@ -76,31 +76,39 @@ def _shown_phase(pod: PodFacts) -> str:
     return pod.phase
 
 
-async def report_forever(
-    ctx: OperatorContext,
-    pods: Mapping[str, Iterable[PodFacts]],
-    node_load: Mapping[str, Iterable[Demand]],
-    nodes: Mapping[str, Iterable[NodeFacts]],
-) -> None:
+async def report_forever(ctx: OperatorContext, pods: Mapping[str, Iterable[PodFacts]]) -> None:
     """Runs until cancelled (at the operator's clean-up). A failed report is retried at the
     next tick: the next report carries the whole picture anyway."""
     started = time.monotonic()
-    last: ClusterReport | None = None
+    last: Snapshot | None = None
     last_sent = 0.0
     while True:
         await asyncio.sleep(REPORT_SECONDS)
         now = time.monotonic()
+        nodes = ctx.capacity.nodes
         if not nodes and now - started < FIRST_REPORT_AFTER_SECONDS:
             continue
-        report = build_report(pods, node_load, nodes)
-        if report == last and now - last_sent < HEARTBEAT_SECONDS:
+        # Compared as the facts themselves: building the report's models is the costly part.
+        snapshot = Snapshot(
+            tuple(nodes.values()),
+            dict(ctx.capacity.gpus_bound()),
+            {uid: tuple(store) for uid, store in pods.items()},
+        )
+        if snapshot == last and now - last_sent < HEARTBEAT_SECONDS:
             continue
+        report = build_report(snapshot.pods, snapshot.gpus_bound, snapshot.nodes)
         try:
-            received = await ctx.call(ctx.api.report_cluster, CLUSTER_NAME, report)
+            received = await ctx.call(calls.report_cluster(CLUSTER_NAME, report))
         except Exception as exc:  # the API restarting, a timeout: the next tick sends it all
             log.warning("cluster report failed, retrying in %.0f s: %s", REPORT_SECONDS, exc)
             continue
-        last, last_sent = report, now
+        last, last_sent = snapshot, now
         if received.unknown_runs:
             # Pods of runs not registered yet: resend next tick rather than in a minute.
             last = None
+
+
+class Snapshot(NamedTuple):
+    nodes: tuple[NodeFacts, ...]
+    gpus_bound: dict[str, int]
+    pods: dict[str, tuple[PodFacts, ...]]

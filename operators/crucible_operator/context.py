@@ -1,23 +1,23 @@
 """What the operator builds once at startup and every handler shares (kept in kopf's memo):
-the control-plane client, the Kubernetes client, pod options, and small caches."""
+the clients, pod options, metrics, and the state shared between handlers, one object per
+concern: the cluster's capacity (gang.py), what the event feed told (feed.py), the reconcile
+loops to wake (below), and the namespaces set up for runs (registration.py)."""
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from lightkube.generic_resource import GenericNamespacedResource, create_namespaced_resource
 
-from crucible.client import CrucibleClient
+from crucible.client.async_http import AsyncCrucibleClient
+from crucible.client.calls import Call
 from crucible_operator import naming
 from crucible_operator.feed import RunChanges
-from crucible_operator.gang import Eligibility
+from crucible_operator.gang import Capacity
 from crucible_operator.kube import BoundedKube
 from crucible_operator.metrics import OperatorMetrics
 from crucible_operator.pods import PodOptions
-from crucible_operator.reservations import Reservations
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 RESOURCES: dict[str, type[GenericNamespacedResource]] = {
@@ -26,31 +26,59 @@ RESOURCES: dict[str, type[GenericNamespacedResource]] = {
 }
 
 
+class Loops:
+    """The reconcile loops running, by their resource's uid: what wakes each one."""
+
+    def __init__(self) -> None:
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._generations: dict[str, int] = {}  # the generation each was last woken for
+
+    def start(self, uid: str) -> asyncio.Event:
+        return self._wakeups.setdefault(uid, asyncio.Event())
+
+    def end(self, uid: str) -> None:
+        self._wakeups.pop(uid, None)
+        self._generations.pop(uid, None)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._wakeups
+
+    def wake(self, uid: str) -> None:
+        event = self._wakeups.get(uid)
+        if event is not None:
+            event.set()
+
+    def wake_on_generation(self, uid: str, generation: int) -> None:
+        """Wake a loop for a new spec, not for its own status writes (which come back as
+        events too: waking on those doubled the passes)."""
+        if self._generations.get(uid) != generation:
+            self._generations[uid] = generation
+            self.wake(uid)
+
+
+@dataclass
+class Namespaces:
+    """What registration learnt or made per namespace."""
+
+    projects: dict[str, str] = field(default_factory=dict)  # namespace -> project name
+    token_secrets: set[str] = field(default_factory=set)  # namespaces whose Secret exists
+
+
 @dataclass
 class OperatorContext:
-    api: CrucibleClient  # synchronous; called through `call` on a thread
+    api: AsyncCrucibleClient
     kube: BoundedKube
     options: PodOptions
     metrics: OperatorMetrics
-    projects: dict[str, str] = field(default_factory=dict)  # namespace -> project name
-    token_secrets: set[str] = field(default_factory=set)  # namespaces whose Secret exists
-    wakeups: dict[str, asyncio.Event] = field(default_factory=dict)  # run uid -> its loop
-    reservations: Reservations = field(default_factory=Reservations)
-    eligibility: Eligibility = field(default_factory=Eligibility)
-    node_ready: dict[str, bool] = field(default_factory=dict)
-    # run uid -> the generation its loop was last woken for
-    seen_versions: dict[str, int] = field(default_factory=dict)
-    changes: RunChanges = field(default_factory=RunChanges)  # told by the event feed
+    capacity: Capacity = field(default_factory=Capacity)
+    changes: RunChanges = field(default_factory=RunChanges)
+    loops: Loops = field(default_factory=Loops)
+    namespaces: Namespaces = field(default_factory=Namespaces)
 
-    async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """A control-plane call, off the event loop (the client is synchronous)."""
-        self.metrics.control_plane_calls.labels(getattr(fn, "__name__", "call")).inc()
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    def wake(self, uid: str) -> None:
-        event = self.wakeups.get(uid)
-        if event is not None:
-            event.set()
+    async def call(self, call: Call[T]) -> T:
+        """A control-plane call, counted by its name."""
+        self.metrics.control_plane_calls.labels(call.name).inc()
+        return await self.api.send(call)
 
 
 def memo_context(memo: Any) -> OperatorContext:

@@ -86,7 +86,8 @@ class PodFacts:
         return self.phase in ("Succeeded", "Failed")
 
 
-def _demand(spec: Mapping[str, Any]) -> Demand:
+def demand_of(spec: Mapping[str, Any]) -> Demand:
+    """What a pod spec requests, summed over its containers."""
     gpus, cpu, memory = 0, 0.0, 0.0
     for container in spec.get("containers") or []:
         requests = (container.get("resources") or {}).get("requests") or {}
@@ -122,7 +123,7 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
         node=spec.get("nodeName"),
         gated=bool(spec.get("schedulingGates")),
         deleting=meta.get("deletionTimestamp") is not None,
-        demand=_demand(spec),
+        demand=demand_of(spec),
         conditions={
             c["type"]: (c.get("status", ""), c.get("reason") or "", c.get("message") or "")
             for c in status.get("conditions") or []
@@ -156,6 +157,32 @@ def _terminations(statuses: list[Mapping[str, Any]]) -> list[Termination]:
         for cs in statuses
         if (terminated := (cs.get("state") or {}).get("terminated"))
     ]
+
+
+@dataclass(frozen=True)
+class PodUse:
+    """What one pod, of any owner, takes from the cluster's capacity now."""
+
+    node: str | None  # bound to it (non-terminal pods only)
+    demand: Demand
+    released: bool  # one of ours, ungated, not bound yet, not terminal: about to take it
+    gated: bool
+
+    @property
+    def nothing(self) -> bool:
+        return self.node is None and not self.released
+
+
+def pod_use(body: Mapping[str, Any]) -> PodUse:
+    """Read without the rest of `pod_facts`: every pod of the cluster comes through here."""
+    spec = body.get("spec") or {}
+    gated = bool(spec.get("schedulingGates"))
+    if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return PodUse(None, Demand(), released=False, gated=gated)
+    node = spec.get("nodeName") or None
+    ours = naming.LABEL_RUN_UID in ((body.get("metadata") or {}).get("labels") or {})
+    released = node is None and ours and not gated
+    return PodUse(node, demand_of(spec), released, gated)
 
 
 @dataclass(frozen=True)

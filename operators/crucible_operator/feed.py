@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from crucible.client import calls
+from crucible.client.calls import Call
 from crucible.domain import reasons
 from crucible.schemas.runs import EventFeed, RunEventPublic
 
@@ -126,7 +128,7 @@ class RunChanges:
 
 
 class EventSource(Protocol):
-    def event_feed(self, after_id: int | None = None, limit: int = 1000) -> EventFeed: ...
+    async def send(self, call: Call[EventFeed]) -> EventFeed: ...
 
 
 class EventFollower:
@@ -140,7 +142,7 @@ class EventFollower:
     async def poll(self) -> bool:
         """One page; whether it was full (more to read at once)."""
         after = None if self.cursor is None else max(0, self.cursor - OVERLAP)
-        page = await asyncio.to_thread(self.api.event_feed, after, PAGE)
+        page = await self.api.send(calls.event_feed(after, PAGE))
         self.changes.answered_at = time.monotonic()
         if self.changes.first_answered_at is None:
             self.changes.first_answered_at = self.changes.answered_at

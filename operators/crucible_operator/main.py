@@ -3,7 +3,6 @@ the in-cluster service account) and the control plane at CRUCIBLE_API_URL."""
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,11 +10,12 @@ import kopf
 from lightkube import AsyncClient
 from prometheus_client import start_http_server
 
-from crucible.client import CrucibleClient
+from crucible.client.async_http import AsyncCrucibleClient
 from crucible.settings import Settings
 from crucible_operator import naming
 from crucible_operator.cluster_report import report_forever
 from crucible_operator.context import OperatorContext
+from crucible_operator.essence import EmptyEssence
 from crucible_operator.feed import EventFollower
 from crucible_operator.handlers import build_registry
 from crucible_operator.kube import BoundedKube
@@ -32,7 +32,6 @@ class OperatorConfig:
     metrics_port: int | None
     health_port: int | None
     peering: str | None  # kopf peering name; None: standalone (one instance, no peering)
-    workers: int = 32  # threads for control-plane calls
 
 
 def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = False) -> None:
@@ -47,25 +46,20 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
     async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kw: Any) -> None:
         settings.persistence.finalizer = naming.FINALIZER
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=naming.GROUP, key="last-handled-configuration"
-        )
+        settings.persistence.diffbase_storage = EmptyEssence()
         settings.posting.level = logging.INFO
         settings.watching.server_timeout = 300
-        settings.execution.max_workers = config.workers
-        # Control-plane calls run on the loop's default executor (asyncio.to_thread).
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(config.workers))
+        # Every handler is a coroutine; kopf's threads serve only the start-up login.
+        settings.execution.max_workers = 1
         memo.context = OperatorContext(
-            api=client,
+            api=api,
             kube=BoundedKube(AsyncClient(field_manager=naming.FIELD_MANAGER)),
             options=config.pod_options,
             metrics=metrics,
         )
         # The indexes are live views kopf keeps filling; the reporter reads them every tick.
-        memo.reporter = asyncio.create_task(
-            report_forever(memo.context, kw["crucible_pods"], kw["node_load"], kw["cluster_nodes"])
-        )
-        follower = EventFollower(client, memo.context.changes, memo.context.wake)
+        memo.reporter = asyncio.create_task(report_forever(memo.context, kw["crucible_pods"]))
+        follower = EventFollower(memo.context.api, memo.context.changes, memo.context.loops.wake)
         memo.follower = asyncio.create_task(follower.follow())
 
     @kopf.on.cleanup(registry=registry)
@@ -73,22 +67,20 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
         memo.reporter.cancel()
         memo.follower.cancel()
         await memo.context.kube.close()
+        await memo.context.api.close()
 
-    client = CrucibleClient.from_settings(settings)
+    api = AsyncCrucibleClient.from_settings(settings)
     if config.metrics_port is not None:
         start_http_server(config.metrics_port, registry=metrics.registry)
     liveness = (
         f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port is not None else None
     )
-    try:
-        kopf.run(
-            registry=registry,
-            clusterwide=not config.namespaces,
-            namespaces=config.namespaces,
-            standalone=config.peering is None,
-            peering_name=config.peering,
-            liveness_endpoint=liveness,
-            memo=kopf.Memo(),
-        )
-    finally:
-        client.close()
+    kopf.run(
+        registry=registry,
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
+        standalone=config.peering is None,
+        peering_name=config.peering,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(),
+    )

@@ -15,30 +15,29 @@ The next move, by the run's phase in the control plane:
   Running when all run, and when the attempt ends (judged by outcome.judge) stop the rest,
   wait until every pod has stopped (a preempted workload is still writing its checkpoint),
   then report the end: Succeeded, or Interrupted for recovery to decide.
+
+What the pass knows of the run comes from its RunView (run_view.py), where the pods and
+nodes are from kopf's index and the capacity placement keeps (gang.py), and its writes to
+Kubernetes are cluster_writes.py's.
 """
 
 import asyncio
 import logging
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import kopf
-from lightkube import ApiError as KubeError
-from lightkube import codecs
-from lightkube.resources.core_v1 import Pod
-from lightkube.types import PatchType
 
-from crucible.client import ApiError
+from crucible.client import ApiError, calls
 from crucible.domain import reasons
 from crucible.domain.enums import Phase
-from crucible.schemas.runs import AttemptEnd, PhaseReport, RunPublic
-from crucible_operator import gang, outcome, pods, registration
-from crucible_operator.context import RESOURCES, OperatorContext
-from crucible_operator.facts import Demand, NodeFacts, PodFacts, pod_facts
-from crucible_operator.feed import CheckpointSeen, Known
+from crucible.schemas.runs import AttemptEnd, RunPublic
+from crucible_operator import cluster_writes, gang, outcome, pods, registration
+from crucible_operator.context import OperatorContext
+from crucible_operator.facts import PodFacts, demand_of
+from crucible_operator.run_view import RunView
 from crucible_operator.status import Condition, build_status, changed
 
 log = logging.getLogger(__name__)
@@ -48,55 +47,24 @@ POLL_WAITING = 2.0  # on the control plane: inputs, backoff, recovery deciding
 POLL_CLUSTER = 10.0  # on the cluster, whose events wake the loop: a rare safety net
 POLL_RUNNING = 10.0  # cancel / preempt requests arrive through the API (and its feed)
 POLL_SOON = 0.5
-# A pass reuses the last answer about its run instead of asking again while the event feed
-# (feed.py) has not marked the run changed and the answer is younger than this; without a
-# working feed, younger than RUN_FRESH_SECONDS (the passes a burst of pod events causes
-# then need one read, not one each, and API changes are seen at most that much later).
-FEED_TRUSTED_SECONDS = 60.0
-RUN_FRESH_SECONDS = 1.0
 
 
 @dataclass
 class Tracked:
     """What one resource's loop remembers between passes (rebuilt after a restart)."""
 
-    run_id: int | None = None
+    view: RunView
     attempts_known: bool = False
     open_attempt: int | None = None
     started: bool = False  # the open attempt was seen running
     stopping: outcome.Outcome | None = None  # why we are stopping the open attempt
-    seen_event_id: int = 0
-    events_read_at: float | None = None  # time.monotonic() of the last read of its events
     scheduled: Condition | None = None
     last_phase: str = ""
-    latest_step: int | None = None
-    checkpoint_read_at: float | None = None  # ... and of its latest checkpoint
-    last_read: tuple[RunPublic, float] | None = None  # the last answer, at time.monotonic()
-
-
-@dataclass(frozen=True)
-class Observed:
-    """The cluster as the indexes show it."""
-
-    pods: Sequence[PodFacts]  # this resource's pods, every attempt
-    nodes: Mapping[str, NodeFacts]
-    # Capacity in use, only when asked for (`observe(capacity=True)`): every node's and
-    # every pod's facts are walked for it, which only the gang check needs.
-    bound: Mapping[str, Demand] = field(default_factory=dict)  # per node, non-terminal pods
-    released: Iterable[Demand] = ()  # pods ungated but not bound yet, cluster-wide
-
-
-class Observe(Protocol):
-    def __call__(self, *, capacity: bool = False) -> Observed: ...
 
 
 class Pass:
     def __init__(
-        self,
-        ctx: OperatorContext,
-        owner: kopf.Body,
-        tracked: Tracked,
-        observe: Observe,
+        self, ctx: OperatorContext, owner: kopf.Body, tracked: Tracked, seen: Sequence[PodFacts]
     ) -> None:
         self.ctx = ctx
         self.owner = owner  # kopf's live view, for adopt() and events
@@ -106,14 +74,12 @@ class Pass:
         self.meta = body["metadata"]
         self.spec = body.get("spec") or {}
         self.tracked = tracked
-        self.observe = observe
-        self.seen = observe()
+        self.view = tracked.view
+        self.pods = seen  # this resource's pods, every attempt
+        self.nodes = ctx.capacity.nodes
         self.events: list[tuple[str, str, str]] = []  # emitted after the status write
         self.results: dict[str, float] | None = None
-        self.latest: RunPublic | None = None  # the run as the last answer showed it
-        self.stale = False  # something changed it that no answer showed
         self.latest_checkpoint: dict[str, Any] | None = None
-        self.read_at = time.monotonic()  # when the control plane last answered about the run
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -122,23 +88,17 @@ class Pass:
         run = await self._registered()
         if run is None:
             return None
-        self.latest = run
         if not self.tracked.attempts_known:
             await self._load_attempts(run)
         delay = await self._step(run)
-        # Every report answers with the run as it now is; re-read only what changed elsewhere.
-        run = self.latest
-        if self.stale:
-            run = await self._read(run.id)
+        run = await self.view.fresh()
         await self._write_status(run)
-        self.tracked.last_read = (run, self.read_at)
-        self._know(run)
         return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
 
     async def _step(self, run: RunPublic) -> float | None:
         phase = run.phase
         attempt = self.tracked.open_attempt
-        await self._delete_stale_pods()
+        await self._stop([p for p in self.pods if p.attempt != attempt])  # left by a crash
         if phase.is_terminal:
             await self._stop_after_end(run)
             return POLL_SOON if self.tracked.open_attempt is not None else None
@@ -146,22 +106,21 @@ class Pass:
             return await self._between_attempts(run)
         if phase not in (Phase.Scheduling, Phase.Running):
             # Judged from outside (the heartbeat watchdog): stop the pods, re-read attempts.
-            await self._stop_pods(self._attempt_pods(), grace=None)
+            await self._stop(self._attempt_pods())
             self.tracked.attempts_known = False
             return POLL_SOON
         return await self._during_attempt(run, attempt)
 
-    # -- registration --------------------------------------------------------------------
-
     async def _registered(self) -> RunPublic | None:
-        run_id = self.tracked.run_id or (self.body.get("status") or {}).get("runId")
-        last = self.tracked.last_read
-        if last is not None and self._still_current(last[1]):
-            self.read_at = last[1]
-            return last[0]
+        """The run this resource is registered as: the last answer while current, else read
+        by the id the status shows, else registered now."""
+        run = self.view.current()
+        if run is not None:
+            return run
+        run_id = self.view.run_id or (self.body.get("status") or {}).get("runId")
         if run_id:
             try:
-                run: RunPublic = await self._read(int(run_id))
+                return await self.view.read(int(run_id))
             except ApiError as exc:
                 if exc.status != 404:
                     raise
@@ -170,61 +129,21 @@ class Pass:
                 log.warning(
                     "run %s of %s is unknown to the control plane", run_id, self.meta["name"]
                 )
-            else:
-                self._learn(run)
-                return run
         try:
             run = await registration.register(self.ctx, self.body)
         except registration.RegistrationRefused as exc:
-            await self._patch_status(
-                {
-                    "phase": Phase.Failed.value,
-                    "conditions": [
-                        {
-                            "type": reasons.CONDITION_READY,
-                            "status": "False",
-                            "reason": reasons.REASON_INVALID_SPEC,
-                            "message": str(exc)[:32768],
-                            "lastTransitionTime": _now_stamp(),
-                        }
-                    ],
-                }
+            await cluster_writes.patch_status(
+                self.ctx.kube, self.kind, self.meta, _refused_status(str(exc))
             )
             self._emit("Warning", reasons.REASON_INVALID_SPEC, str(exc))
             self._flush_events()
             return None
-        self._learn(run)
+        self.view.learn(run)
         self._emit("Normal", "Registered", f"run {run.id} in the control plane")
         return run
 
-    def _still_current(self, read_at: float) -> bool:
-        run_id = self.tracked.run_id
-        if run_id is None or run_id in self.ctx.changes.changed:
-            return False
-        trusted = FEED_TRUSTED_SECONDS if self.ctx.changes.healthy() else RUN_FRESH_SECONDS
-        return time.monotonic() - read_at < trusted
-
-    async def _read(self, run_id: int) -> RunPublic:
-        self.ctx.changes.changed.discard(run_id)  # a change from now on marks it again
-        run: RunPublic = await self.ctx.call(self.ctx.api.get_run, run_id)
-        self.read_at = time.monotonic()
-        self._know(run)
-        return run
-
-    def _learn(self, run: RunPublic) -> None:
-        self.tracked.run_id = run.id
-        self.ctx.changes.uids[run.id] = self.meta["uid"]
-        self._know(run)
-
-    def _know(self, run: RunPublic) -> None:
-        """Tell the event follower what this loop's latest answer shows, as soon as it has
-        it, so that the events of its own reports do not make it read the run again."""
-        self.ctx.changes.known[run.id] = Known(run.phase.value, run.attempt_count)
-
     async def _load_attempts(self, run: RunPublic) -> None:
-        attempts = (
-            await self.ctx.call(self.ctx.api.list_attempts, run.id) if run.attempt_count else []
-        )
+        attempts = await self.ctx.call(calls.list_attempts(run.id)) if run.attempt_count else []
         last = attempts[-1] if attempts else None
         self.tracked.open_attempt = last.number if last and last.ended_at is None else None
         self.tracked.started = (
@@ -239,8 +158,8 @@ class Pass:
             return POLL_WAITING  # recovery decides: another attempt, or Failed
         inputs = run.resolved_inputs
         if inputs is None:
-            resolution = await self.ctx.call(self.ctx.api.resolve_inputs, run.id)
-            self.stale = True  # pinned inputs, or a phase moved to WaitingForInputs/Failed
+            resolution = await self.ctx.call(calls.resolve_inputs(run.id))
+            self.view.stale = True  # pinned inputs, or a phase moved to WaitingForInputs/Failed
             if not resolution.ready:
                 return POLL_WAITING
             inputs = {
@@ -258,18 +177,16 @@ class Pass:
         project = await registration.project_for(self.ctx, self.meta["namespace"])
         await registration.ensure_token_secret(self.ctx, self.meta["namespace"], project)
         if run.phase is not Phase.Scheduling:
-            await self._report(run, Phase.Scheduling, "", "creating the attempt's pods")
+            await self.view.report(run, Phase.Scheduling, "", "creating the attempt's pods")
         start = run.next_attempt_start()
         try:
-            attempt = await self.ctx.call(self.ctx.api.start_attempt, run.id, start)
+            attempt = await self.ctx.call(calls.start_attempt(run.id, start))
         except ApiError as exc:
             if exc.status != 409:
                 raise
             self.tracked.attempts_known = False  # one is open already: re-read
             return POLL_SOON
-        if self.latest is not None:
-            self.latest = self.latest.model_copy(update={"attempt_count": attempt.number})
-            self._know(self.latest)
+        self.view.attempt_started(attempt.number)
         self.tracked.open_attempt = attempt.number
         self.tracked.started = False
         self.tracked.stopping = None
@@ -285,14 +202,14 @@ class Pass:
         mine = self._attempt_pods()
         expected = pods.shape(self.kind, self.spec).pods
         if self.tracked.stopping is None and run.phase is Phase.Running:
-            await self._check_preempt_requests(run, number, mine)
+            await self._check_preempt_request(run, number, mine)
         if self.tracked.stopping is None:
             if not self.tracked.started and len(mine) < expected:
                 inputs = run.resolved_inputs or {"datasets": [], "checkpoint": None}
                 resume = run.resume_checkpoint_id if run.attempt_count > 1 else None
                 await self._create_pods(run, number, resume, inputs)
                 return POLL_SOON
-            verdict = outcome.judge(mine, expected, self.seen.nodes, started=self.tracked.started)
+            verdict = outcome.judge(mine, expected, self.nodes, started=self.tracked.started)
         else:
             verdict = self.tracked.stopping
         if verdict.state.ended:
@@ -304,7 +221,7 @@ class Pass:
             self.tracked.scheduled = Condition(
                 reasons.CONDITION_SCHEDULED, False, verdict.reason or "Pending", message
             )
-            await self._report(run, Phase.Scheduling, verdict.reason or "", message)
+            await self.view.report(run, Phase.Scheduling, verdict.reason or "", message)
             return POLL_CLUSTER
         self.tracked.scheduled = Condition(
             reasons.CONDITION_SCHEDULED, True, "AllPodsBound", f"{expected} pod(s) bound"
@@ -312,7 +229,8 @@ class Pass:
         if verdict.state is outcome.State.running:
             self.tracked.started = True
             if run.phase is not Phase.Running:
-                await self._report(run, Phase.Running, "", f"attempt {number}: all pods running")
+                message = f"attempt {number}: all pods running"
+                await self.view.report(run, Phase.Running, "", message)
                 self._emit("Normal", "Running", f"attempt {number}: {expected} pod(s) running")
             return POLL_RUNNING
         return POLL_CLUSTER  # starting: bound, containers not all running yet
@@ -322,15 +240,20 @@ class Pass:
         sample = pods.build_pods(
             self.body, self.kind, pods.Attempt(run.id, 0, None, None), self.ctx.options
         )[0]["spec"]
-        placement = self._place(expected, sample)
+        capacity = self.ctx.capacity
+        placement = capacity.fit(gang.Gang.of(expected, sample))
         if placement.fits:
+            # Held before the first await: no other gang is checked until then (one event
+            # loop), so two never count the same free GPUs.
             for pod in gated:
-                self.ctx.reservations.hold((pod.namespace, pod.name), pod.demand)
+                capacity.hold((pod.namespace, pod.name), pod.demand)
             try:
-                await asyncio.gather(*(self._lift_gate(pod) for pod in gated))
+                await asyncio.gather(
+                    *(cluster_writes.lift_gate(self.ctx.kube, pod) for pod in gated)
+                )
             except Exception:
                 for pod in gated:
-                    self.ctx.reservations.drop((pod.namespace, pod.name))
+                    capacity.drop((pod.namespace, pod.name))
                 raise
             self.tracked.scheduled = Condition(
                 reasons.CONDITION_SCHEDULED, None, "GangReleased", placement.message
@@ -341,109 +264,58 @@ class Pass:
         )
         if run.reason != reasons.REASON_UNSCHEDULABLE:
             self._emit("Warning", reasons.REASON_UNSCHEDULABLE, placement.message)
-        await self._report(run, Phase.Scheduling, reasons.REASON_UNSCHEDULABLE, placement.message)
+        await self.view.report(
+            run, Phase.Scheduling, reasons.REASON_UNSCHEDULABLE, placement.message
+        )
         return POLL_CLUSTER  # freed capacity wakes gated runs (handlers.pod_changed)
 
-    def _place(self, size: int, sample: Mapping[str, Any]) -> gang.Placement:
-        """Does a gang of `size` pods like `sample` (a pod spec) fit now, after every pod
-        bound or placed before it? A caller that acts on a fit reserves the pods before its first
-        await (the event loop runs one coroutine at a time, so no other gang is checked in
-        between and two never count the same free GPUs)."""
-        want = gang.Gang(
-            size=size,
-            demand=_demand_of(sample),
-            node_selector=sample.get("nodeSelector") or {},
-            tolerations=[
-                gang.Toleration(
-                    key=t.get("key") or "",
-                    operator=t.get("operator") or "Equal",
-                    value=t.get("value") or "",
-                    effect=t.get("effect") or "",
-                )
-                for t in sample.get("tolerations") or []
-            ],
-        )
-        self.seen = self.observe(capacity=True)
-        return gang.fit(
-            want,
-            self.seen.nodes.values(),
-            self.seen.bound,
-            [*self.seen.released, *self.ctx.reservations.demands()],
-            self.ctx.eligibility,
-        )
-
-    async def _lift_gate(self, pod: PodFacts) -> None:
-        await self.ctx.kube.patch(
-            Pod,
-            pod.name,
-            {"spec": {"schedulingGates": []}},
-            namespace=pod.namespace,
-            patch_type=PatchType.MERGE,
-        )
-
-    async def _check_preempt_requests(
+    async def _check_preempt_request(
         self, run: RunPublic, number: int, mine: Sequence[PodFacts]
     ) -> None:
         """`crucible runs preempt` on a Kubernetes run: delete its pods as a drain would
-        (SIGTERM, the grace period to checkpoint). The requests come from the event feed once
-        it covers the last read of the run's events; otherwise from that read, repeated each
-        pass until the feed covers it (a request no longer marks the run changed)."""
-        from_feed = self.ctx.changes.covers(self.tracked.events_read_at)
-        asked: set[object]
-        if from_feed:
-            asked = set(self.ctx.changes.preempt_requests.get(run.id, ()))
-        else:
-            read_at = time.monotonic()
-            events = await self.ctx.call(
-                self.ctx.api.list_events, run.id, after_id=self.tracked.seen_event_id
-            )
-            self.tracked.events_read_at = read_at
-            if events:
-                self.tracked.seen_event_id = events[-1].id
-            asked = {
-                e.data.get("attempt") for e in events if e.type == reasons.EVENT_PREEMPT_REQUESTED
-            }
-        if number in asked:
+        (SIGTERM, the grace period to checkpoint)."""
+        if await self.view.preempt_requested(run, number):
             self.tracked.stopping = outcome.Outcome(
                 outcome.State.interrupted,
                 reasons.REASON_PREEMPTED,
                 None,
                 f"attempt {number} preempted on request",
             )
-            await self._stop_pods(mine, grace=None)
+            await self._stop(mine)
             self._emit("Normal", reasons.EVENT_PREEMPT_REQUESTED, f"draining attempt {number}")
-        if from_feed:  # taken once acted on: a failed pass sees the request again
-            self.ctx.changes.preempt_requests.pop(run.id, None)
+        self.view.preempt_taken(run)
 
     async def _end_attempt(
         self, run: RunPublic, number: int, verdict: outcome.Outcome, mine: Sequence[PodFacts]
     ) -> float:
         if verdict.state is not outcome.State.succeeded:
             self.tracked.stopping = verdict
-            await self._stop_pods(mine, grace=None)
+            await self._stop(mine)
             if not self._quiet(mine):
                 return POLL_WAITING  # the workload is still checkpointing; wait for it
-        await self._report_end(run, number, verdict)
+        await self.view.end_attempt(run, number, _attempt_end(verdict))
         if verdict.state is outcome.State.succeeded:
-            await self._report(run, Phase.Succeeded, reasons.REASON_COMPLETED, "")
+            await self.view.report(run, Phase.Succeeded, reasons.REASON_COMPLETED, "")
             self._emit("Normal", reasons.REASON_COMPLETED, f"attempt {number} succeeded")
-            self.results = await self._eval_results(run)
+            if self.kind == "EvalJob":
+                self.results = await self.view.eval_scores(run)
         else:
-            await self._report(run, Phase.Interrupted, verdict.reason, verdict.message)
+            await self.view.report(run, Phase.Interrupted, verdict.reason, verdict.message)
             self._emit("Warning", verdict.reason, verdict.message)
         self.tracked.open_attempt = None
         self.tracked.stopping = None
         self.tracked.started = False
         self.ctx.metrics.attempt_ends.labels(self.kind, verdict.reason).inc()
-        if self.latest is not None and self.latest.phase is Phase.Scheduling:
+        latest = self.view.latest
+        if latest is not None and latest.phase is Phase.Scheduling:
             return 0.0  # the report's answer is recovery's: the next attempt is due now
         return POLL_SOON
 
     async def _stop_after_end(self, run: RunPublic) -> None:
         """A terminal run (cancelled, or failed by recovery or the watchdog) keeps no pods."""
         mine = self._attempt_pods()
-        live = [p for p in self.seen.pods if not p.terminal]
-        await self._stop_pods(live, grace=None)
+        live = [p for p in self.pods if not p.terminal]
+        await self._stop(live)
         number = self.tracked.open_attempt
         if number is None:
             return
@@ -452,27 +324,24 @@ class Pass:
         reason = (
             reasons.REASON_CANCELLED_BY_USER if run.phase is Phase.Cancelled else run.reason
         ) or run.phase.value
-        await self._report_end(
-            run, number, outcome.Outcome(outcome.State.failed, reason, None, run.message)
-        )
+        verdict = outcome.Outcome(outcome.State.failed, reason, None, run.message)
+        await self.view.end_attempt(run, number, _attempt_end(verdict))
         self.tracked.open_attempt = None
 
     # -- pods --------------------------------------------------------------------------------
 
     def _attempt_pods(self) -> list[PodFacts]:
         number = self.tracked.open_attempt
-        return [p for p in self.seen.pods if number is not None and p.attempt == number]
+        return [p for p in self.pods if number is not None and p.attempt == number]
 
     def _quiet(self, mine: Sequence[PodFacts]) -> bool:
         """Every pod stopped: terminal, gone, or on a lost node (which will never say)."""
         return all(
-            p.terminal or p.gated or (p.node is not None and not self._node_ok(p.node))
-            for p in mine
+            p.terminal or p.gated or not cluster_writes.node_ok(self.nodes, p.node) for p in mine
         )
 
-    def _node_ok(self, name: str) -> bool:
-        node = self.seen.nodes.get(name)
-        return node is not None and node.ready
+    async def _stop(self, victims: Sequence[PodFacts]) -> None:
+        await cluster_writes.stop(self.ctx.kube, victims, self.nodes)
 
     async def _create_pods(
         self, run: RunPublic, number: int, resume: int | None, inputs: Mapping[str, Any] | None
@@ -482,129 +351,52 @@ class Pass:
         if len(built) > 1:
             service = pods.build_service(self.body, self.kind)
             kopf.adopt(service, owner=self.owner)
-            await self._create(service)
-        existing = {p.name for p in self.seen.pods}
+            await cluster_writes.create(self.ctx.kube, service)
+        existing = {p.name for p in self.pods}
         missing = [pod for pod in built if pod["metadata"]["name"] not in existing]
         placed = self._place_now(built) if len(missing) == len(built) else []
         try:
             for pod in missing:
                 kopf.adopt(pod, owner=self.owner)
-                if await self._create(pod):
+                if await cluster_writes.create(self.ctx.kube, pod):
                     self.ctx.metrics.pods_created.labels(self.kind).inc()
         except Exception:
             for key in placed:
-                self.ctx.reservations.drop(key)
+                self.ctx.capacity.drop(key)
             raise
 
     def _place_now(self, built: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-        """A new gang that fits already is created without its gate (reserved as placed),
+        """A new gang that fits already is created without its gate (held as placed),
         saving the gated pods' round trip: create, wait for the index, lift each gate.
-        Returns the reserved pods' keys; none when it does not fit (created gated, then)."""
+        Returns the held pods' keys; none when it does not fit (created gated, then)."""
         if not all(pod["spec"].get("schedulingGates") for pod in built):
             return []  # admitted by Kueue, not by our gate
-        placement = self._place(len(built), built[0]["spec"])
+        capacity = self.ctx.capacity
+        placement = capacity.fit(gang.Gang.of(len(built), built[0]["spec"]))
         if not placement.fits:
             return []
         keys = []
         for pod in built:
             del pod["spec"]["schedulingGates"]
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-            self.ctx.reservations.hold(key, _demand_of(pod["spec"]))
+            capacity.hold(key, demand_of(pod["spec"]))
             keys.append(key)
         self.tracked.scheduled = Condition(
             reasons.CONDITION_SCHEDULED, None, "GangReleased", placement.message
         )
         return keys
 
-    async def _create(self, obj: dict[str, Any]) -> bool:
-        try:
-            await self.ctx.kube.create(codecs.from_dict(obj))
-        except KubeError as exc:
-            if exc.status.code == 409:
-                return False  # created by an earlier pass (or operator) already
-            raise
-        return True
-
-    async def _stop_pods(self, victims: Iterable[PodFacts], grace: int | None) -> None:
-        for pod in victims:
-            if pod.terminal or pod.deleting:
-                continue
-            if pod.node is not None and not self._node_ok(pod.node):
-                grace = 0  # its kubelet is gone and cannot confirm a graceful stop
-            try:
-                await self.ctx.kube.delete(
-                    Pod, pod.name, namespace=pod.namespace, grace_period=grace
-                )
-            except KubeError as exc:
-                if exc.status.code != 404:
-                    raise
-
-    async def _delete_stale_pods(self) -> None:
-        """Pods of attempts other than the open one (left by a crash mid-transition)."""
-        number = self.tracked.open_attempt
-        stale = [p for p in self.seen.pods if p.attempt != number and not p.terminal]
-        await self._stop_pods(stale, grace=None)
-
-    # -- control plane -----------------------------------------------------------------------
-
-    async def _report(self, run: RunPublic, phase: Phase, reason: str, message: str) -> None:
-        if run.phase is phase and run.reason == reason and run.message == message[:4000]:
-            return
-        try:
-            self.latest = await self.ctx.call(
-                self.ctx.api.report_phase,
-                run.id,
-                PhaseReport(phase=phase, reason=reason, message=message[:4000]),
-            )
-            self.read_at = time.monotonic()
-            self._know(self.latest)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            self.stale = True
-            log.info("run %s: phase report %s refused: %s", run.id, phase, exc)
-
-    async def _report_end(self, run: RunPublic, number: int, verdict: outcome.Outcome) -> None:
-        try:
-            await self.ctx.call(
-                self.ctx.api.end_attempt,
-                run.id,
-                number,
-                AttemptEnd(
-                    end_reason=verdict.reason or reasons.REASON_ERROR_EXIT,
-                    exit_code=verdict.exit_code,
-                    message=verdict.message[:4000],
-                ),
-            )
-        except ApiError as exc:
-            if exc.status != 409:
-                raise  # 409: already ended (by the watchdog, or by this pass before a crash)
-
-    async def _eval_results(self, run: RunPublic) -> dict[str, float] | None:
-        if self.kind != "EvalJob":
-            return None
-        checkpoint = (run.resolved_inputs or {}).get("checkpoint")
-        if checkpoint is None:
-            return None
-        results = await self.ctx.call(self.ctx.api.list_checkpoint_evals, int(checkpoint))
-        scores: dict[str, float] = {}
-        for result in results:
-            if result.eval_run_id == run.id:
-                scores.update({key: float(value) for key, value in result.scores.items()})
-        return scores
-
     # -- status ------------------------------------------------------------------------------
 
     async def _write_status(self, run: RunPublic) -> None:
         old = self.body.get("status") or {}
-        seen = self.ctx.changes.checkpoints.get(run.id)  # taken once the status shows it
         if run.kind == "train":
-            newest = await self._newest_checkpoint(run, seen)
+            newest = await self.view.newest_checkpoint(run)
             shown = old.get("latestCheckpoint") or {}
             if newest is not None and newest.step > shown.get("step", -1):
                 self.latest_checkpoint = {"id": newest.id, "step": newest.step, "uri": newest.uri}
         if self.kind == "EvalJob" and run.phase is Phase.Succeeded and "results" not in old:
-            self.results = self.results or await self._eval_results(run)
+            self.results = self.results or await self.view.eval_scores(run)
         status = build_status(
             run=run,
             old=old,
@@ -615,46 +407,12 @@ class Pass:
             now=datetime.now(UTC),
         )
         if changed(old, status):
-            await self._patch_status(status)
-        if seen is not None and self.ctx.changes.checkpoints.get(run.id) is seen:
-            del self.ctx.changes.checkpoints[run.id]
+            await cluster_writes.patch_status(self.ctx.kube, self.kind, self.meta, status)
+        self.view.checkpoint_shown(run)
         if run.phase.value != self.tracked.last_phase:
             self.ctx.metrics.phases[self.meta["uid"]] = (self.kind, run.phase.value)
             self.tracked.last_phase = run.phase.value
         self._flush_events()
-
-    async def _newest_checkpoint(
-        self, run: RunPublic, seen: CheckpointSeen | None
-    ) -> CheckpointSeen | None:
-        """The highest-step checkpoint registered since the status was last written: `seen`
-        by the event feed once it covers the last look-up; else looked up when the run's
-        latest step moved (which it also does with metrics) or never was."""
-        tracked = self.tracked
-        if self.ctx.changes.covers(tracked.checkpoint_read_at):
-            return seen
-        if tracked.checkpoint_read_at is not None and run.latest_step == tracked.latest_step:
-            return seen
-        read_at = time.monotonic()
-        checkpoint = await self.ctx.call(self.ctx.api.latest_checkpoint, run.id)
-        tracked.checkpoint_read_at, tracked.latest_step = read_at, run.latest_step
-        if checkpoint is None:
-            return seen
-        looked_up = CheckpointSeen(checkpoint.id, checkpoint.step, checkpoint.uri)
-        return seen if seen is not None and seen.step > looked_up.step else looked_up
-
-    async def _patch_status(self, status: Mapping[str, Any]) -> None:
-        resource = RESOURCES[self.kind]
-        try:
-            await self.ctx.kube.patch(
-                resource.Status,
-                self.meta["name"],
-                {"status": dict(status)},
-                namespace=self.meta["namespace"],
-                patch_type=PatchType.MERGE,
-            )
-        except KubeError as exc:
-            if exc.status.code != 404:  # deleted meanwhile: nothing to write to
-                raise
 
     def _emit(self, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
@@ -666,13 +424,28 @@ class Pass:
         self.events.clear()
 
 
-def _demand_of(pod_spec: Mapping[str, Any]) -> Demand:
-    return pod_facts({"spec": pod_spec}).demand
+def _attempt_end(verdict: outcome.Outcome) -> AttemptEnd:
+    return AttemptEnd(
+        end_reason=verdict.reason or reasons.REASON_ERROR_EXIT,
+        exit_code=verdict.exit_code,
+        message=verdict.message[:4000],
+    )
+
+
+def _refused_status(message: str) -> dict[str, Any]:
+    return {
+        "phase": Phase.Failed.value,
+        "conditions": [
+            {
+                "type": reasons.CONDITION_READY,
+                "status": "False",
+                "reason": reasons.REASON_INVALID_SPEC,
+                "message": message[:32768],
+                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        ],
+    }
 
 
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _now_stamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

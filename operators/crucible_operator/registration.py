@@ -14,7 +14,7 @@ from lightkube import ApiError as KubeError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
-from crucible.client import ApiError
+from crucible.client import ApiError, calls
 from crucible.domain.enums import Backend, Role
 from crucible.schemas.runs import RunPublic, RunSubmit
 from crucible.schemas.tenancy import ProjectCreate, TokenCreate
@@ -30,9 +30,9 @@ async def learn_projects(ctx: OperatorContext) -> None:
     """Every project's namespace -> its name, all pages."""
     cursor = None
     while True:
-        page = await ctx.call(ctx.api.list_projects, cursor)
+        page = await ctx.call(calls.list_projects(cursor))
         for project in page.items:
-            ctx.projects[project.namespace] = project.name
+            ctx.namespaces.projects[project.namespace] = project.name
         if page.next_cursor is None:
             return
         cursor = page.next_cursor
@@ -42,27 +42,28 @@ async def project_for(ctx: OperatorContext, namespace: str) -> str:
     """The project whose namespace it is; a namespace no project owns becomes a project of
     its name. Refused when that name is taken by a project of another namespace: its runs
     must not land in a project that does not own the namespace."""
-    cached = ctx.projects.get(namespace)
+    projects = ctx.namespaces.projects
+    cached = projects.get(namespace)
     if cached is not None:
         return cached
     await learn_projects(ctx)
-    if namespace not in ctx.projects:
+    if namespace not in projects:
         try:
             project = await ctx.call(
-                ctx.api.create_project_from, ProjectCreate(name=namespace, namespace=namespace)
+                calls.create_project(ProjectCreate(name=namespace, namespace=namespace))
             )
-            ctx.projects[namespace] = project.name
+            projects[namespace] = project.name
         except ApiError as exc:
             if exc.status != 409:
                 raise
             await learn_projects(ctx)  # created by someone else meanwhile?
-            if namespace not in ctx.projects:
+            if namespace not in projects:
                 raise RegistrationRefused(
                     f"namespace {namespace!r} belongs to no project, and it cannot become one: "
                     f"{exc}. Create a project for it with `namespace: {namespace}`, or apply "
                     "the resource in its project's namespace"
                 ) from exc
-    return ctx.projects[namespace]
+    return projects[namespace]
 
 
 def manifest_of(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,7 +96,7 @@ async def register(ctx: OperatorContext, body: Mapping[str, Any]) -> RunPublic:
     except ValueError as exc:  # the CRD's schema let through what the API's models refuse
         raise RegistrationRefused(f"the spec is invalid: {exc}") from exc
     try:
-        return await ctx.call(ctx.api.submit_run, submission)
+        return await ctx.call(calls.submit_run(submission))
     except ApiError as exc:
         if exc.status in (409, 422):
             raise RegistrationRefused(str(exc)) from exc
@@ -105,7 +106,7 @@ async def register(ctx: OperatorContext, body: Mapping[str, Any]) -> RunPublic:
 async def ensure_token_secret(ctx: OperatorContext, namespace: str, project: str) -> None:
     """The Secret workload pods read CRUCIBLE_TOKEN from: a project-scoped editor token,
     created once per namespace. The operator may read only Secrets of this one name."""
-    if namespace in ctx.token_secrets:
+    if namespace in ctx.namespaces.token_secrets:
         return
     name = ctx.options.token_secret
     try:
@@ -116,10 +117,11 @@ async def ensure_token_secret(ctx: OperatorContext, namespace: str, project: str
         if exc.status.code != 404:
             raise
         token = await ctx.call(
-            ctx.api.create_token,
-            TokenCreate(
-                name=f"workloads in namespace {namespace}", project=project, role=Role.editor
-            ),
+            calls.create_token(
+                TokenCreate(
+                    name=f"workloads in namespace {namespace}", project=project, role=Role.editor
+                )
+            )
         )
         secret = Secret(
             metadata=ObjectMeta(
@@ -135,4 +137,4 @@ async def ensure_token_secret(ctx: OperatorContext, namespace: str, project: str
         except KubeError as create_error:
             if create_error.status.code != 409:
                 raise
-    ctx.token_secrets.add(namespace)
+    ctx.namespaces.token_secrets.add(namespace)

@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
+from crucible.client import calls
 from crucible.schemas.cluster import ClusterReport, ClusterView, ReportReceived, RunPodPublic
 from crucible.schemas.common import Page
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
@@ -81,6 +82,51 @@ def _describe(detail: Any) -> str:
     return str(detail)
 
 
+def token_of(settings: Settings) -> str | None:
+    """The configured token, else the one `crucible up` wrote for this machine."""
+    token = settings.token.get_secret_value() if settings.token else None
+    if token is None and settings.local_token_file.exists():
+        token = settings.local_token_file.read_text().strip()
+    return token
+
+
+def request_headers(
+    method: str, content: bytes | None, idempotency_key: str | None
+) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"} if content is not None else {}
+    if method in WRITE_METHODS:
+        headers["Idempotency-Key"] = idempotency_key or uuid.uuid4().hex
+    return headers
+
+
+def present(params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The parameters that have a value; None rather than {}: httpx parses the URL once
+    more to merge even no parameters."""
+    return {k: v for k, v in (params or {}).items() if v is not None} or None
+
+
+def retry_delay(backoff: float, attempt: int, retry_after: str | None) -> float:
+    delay: float = backoff * 2**attempt
+    if retry_after and retry_after.isdigit():
+        delay = max(delay, float(retry_after))
+    return min(delay, 10.0)
+
+
+def unreachable(base_url: object, exc: Exception, method: str, path: str) -> ApiError:
+    return ApiError(0, f"cannot reach {base_url}: {exc}", method, path)
+
+
+def answer_of(response: httpx.Response, method: str, path: str) -> Any:
+    """The decoded answer, or ApiError with the API's explanation."""
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise ApiError(response.status_code, detail, method, path)
+    return orjson.loads(response.content) if response.content else None
+
+
 class CrucibleClient:
     def __init__(
         self,
@@ -101,10 +147,7 @@ class CrucibleClient:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, retries: int = 5) -> "CrucibleClient":
-        token = settings.token.get_secret_value() if settings.token else None
-        if token is None and settings.local_token_file.exists():
-            token = settings.local_token_file.read_text().strip()
-        return cls(settings.api_url, token, retries=retries)
+        return cls(settings.api_url, token_of(settings), retries=retries)
 
     def close(self) -> None:
         self._http.close()
@@ -128,11 +171,8 @@ class CrucibleClient:
         idempotency_key: str | None = None,
     ) -> Any:
         """`content` is a body already encoded as JSON, for callers that encode faster."""
-        headers = {"Content-Type": "application/json"} if content is not None else {}
-        if method in WRITE_METHODS:
-            headers["Idempotency-Key"] = idempotency_key or uuid.uuid4().hex
-        # None rather than {}: httpx parses the URL once more to merge even no parameters.
-        params = {k: v for k, v in (params or {}).items() if v is not None} or None
+        headers = request_headers(method, content, idempotency_key)
+        params = present(params)
         for attempt in range(self._retries + 1):
             try:
                 response = self._http.request(
@@ -140,35 +180,32 @@ class CrucibleClient:
                 )
             except httpx.TransportError as exc:
                 if attempt == self._retries:
-                    raise ApiError(
-                        0, f"cannot reach {self._http.base_url}: {exc}", method, path
-                    ) from exc
-                self._sleep(attempt, None)
+                    raise unreachable(self._http.base_url, exc, method, path) from exc
+                time.sleep(retry_delay(self._backoff, attempt, None))
                 continue
             if response.status_code in RETRY_STATUSES and attempt < self._retries:
-                self._sleep(attempt, response.headers.get("Retry-After"))
+                time.sleep(retry_delay(self._backoff, attempt, response.headers.get("Retry-After")))
                 continue
-            if response.status_code >= 400:
-                try:
-                    detail = response.json().get("detail", response.text)
-                except ValueError:
-                    detail = response.text
-                raise ApiError(response.status_code, detail, method, path)
-            return response.json() if response.content else None
+            return answer_of(response, method, path)
         raise AssertionError("unreachable")
 
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
-        delay = self._backoff * 2**attempt
-        if retry_after and retry_after.isdigit():
-            delay = max(delay, float(retry_after))
-        time.sleep(min(delay, 10.0))
+    def send(self, call: calls.Call[T]) -> T:
+        content = None if call.body is None else orjson.dumps(call.json())
+        try:
+            answer = self.request(call.method, call.path, content=content, params=dict(call.params))
+        except ApiError as exc:
+            if call.missing_is_none and exc.status == 404:
+                return None  # type: ignore[return-value]  # the call's type says so
+            raise
+        return call.parse(answer)
 
     def _get(self, path: str, model: type[T] | Any, **params: Any) -> T:
-        return TypeAdapter(model).validate_python(self.request("GET", path, params=params))  # type: ignore[no-any-return]
+        return calls.Call("get", "GET", path, model, params=params).parse(
+            self.request("GET", path, params=params)
+        )
 
     def _post(self, path: str, body: BaseModel | None, model: type[T] | Any) -> T:
-        payload = body.model_dump(mode="json", by_alias=True, exclude_unset=True) if body else None
-        return TypeAdapter(model).validate_python(self.request("POST", path, json=payload))  # type: ignore[no-any-return]
+        return self.send(calls.Call("post", "POST", path, model, body))
 
     # -- resources ---------------------------------------------------------------------------
 
@@ -179,29 +216,28 @@ class CrucibleClient:
 
     def create_project_from(self, project_in: ProjectCreate) -> ProjectPublic:
         """Create a project with every field (its Kubernetes namespace, for one)."""
-        return self._post("/api/v1/projects", project_in, ProjectPublic)
+        return self.send(calls.create_project(project_in))
 
     def list_projects(self, cursor: str | None = None) -> Page[ProjectPublic]:
-        params = {"cursor": cursor} if cursor else {}
-        return self._get("/api/v1/projects", Page[ProjectPublic], **params)
+        return self.send(calls.list_projects(cursor))
 
     def create_token(self, token_in: TokenCreate) -> TokenCreated:
-        return self._post("/api/v1/tokens", token_in, TokenCreated)
+        return self.send(calls.create_token(token_in))
 
     def list_experiments(self, project: str | None = None) -> Page[ExperimentPublic]:
         return self._get("/api/v1/experiments", Page[ExperimentPublic], project=project)
 
     def submit_run(self, run_in: RunSubmit) -> RunPublic:
-        return self._post("/api/v1/runs", run_in, RunPublic)
+        return self.send(calls.submit_run(run_in))
 
     def list_runs(self, **filters: Any) -> Page[RunPublic]:
         return self._get("/api/v1/runs", Page[RunPublic], **filters)
 
     def get_run(self, run_id: int) -> RunPublic:
-        return self._get(f"/api/v1/runs/{run_id}", RunPublic)
+        return self.send(calls.get_run(run_id))
 
     def cancel_run(self, run_id: int) -> RunPublic:
-        return self._post(f"/api/v1/runs/{run_id}/cancel", None, RunPublic)
+        return self.send(calls.cancel_run(run_id))
 
     def preempt_run(self, run_id: int) -> RunPublic:
         return self._post(f"/api/v1/runs/{run_id}/preempt", None, RunPublic)
@@ -213,16 +249,16 @@ class CrucibleClient:
         return self._get(f"/api/v1/experiments/{experiment_id}/goodput", ExperimentGoodput)
 
     def resolve_inputs(self, run_id: int) -> InputsResolution:
-        return self._post(f"/api/v1/runs/{run_id}/inputs/resolve", None, InputsResolution)
+        return self.send(calls.resolve_inputs(run_id))
 
     def report_phase(self, run_id: int, report: PhaseReport) -> RunPublic:
-        return self._post(f"/api/v1/runs/{run_id}/phase", report, RunPublic)
+        return self.send(calls.report_phase(run_id, report))
 
     def start_attempt(self, run_id: int, attempt_in: AttemptStart) -> AttemptPublic:
-        return self._post(f"/api/v1/runs/{run_id}/attempts", attempt_in, AttemptPublic)
+        return self.send(calls.start_attempt(run_id, attempt_in))
 
     def end_attempt(self, run_id: int, number: int, attempt_in: AttemptEnd) -> AttemptPublic:
-        return self._post(f"/api/v1/runs/{run_id}/attempts/{number}/end", attempt_in, AttemptPublic)
+        return self.send(calls.end_attempt(run_id, number, attempt_in))
 
     def report_environment(
         self, run_id: int, number: int, environment: AttemptEnvironment
@@ -232,13 +268,11 @@ class CrucibleClient:
         return AttemptPublic.model_validate(self.request("PUT", path, content=content))
 
     def list_attempts(self, run_id: int) -> list[AttemptPublic]:
-        return self._get(f"/api/v1/runs/{run_id}/attempts", list[AttemptPublic])
+        return self.send(calls.list_attempts(run_id))
 
     def report_cluster(self, cluster: str, report: ClusterReport) -> ReportReceived:
         """Replace what this backend last reported about its nodes and pods."""
-        content = orjson.dumps(report.model_dump(mode="json"))
-        answer = self.request("PUT", f"/api/v1/clusters/{cluster}/report", content=content)
-        return ReportReceived.model_validate(answer)
+        return self.send(calls.report_cluster(cluster, report))
 
     def get_cluster(self) -> ClusterView:
         return self._get("/api/v1/cluster", ClusterView)
@@ -247,14 +281,11 @@ class CrucibleClient:
         return self._get(f"/api/v1/runs/{run_id}/pods", list[RunPodPublic])
 
     def list_events(self, run_id: int, after_id: int = 0) -> list[RunEventPublic]:
-        return self._get(f"/api/v1/runs/{run_id}/events", list[RunEventPublic], after_id=after_id)
+        return self.send(calls.list_events(run_id, after_id))
 
     def event_feed(self, after_id: int | None = None, limit: int = 1000) -> EventFeed:
         """Events of every run this token may see after `after_id` (None: from now on)."""
-        params: dict[str, Any] = {"limit": limit}
-        if after_id is not None:
-            params["after_id"] = after_id
-        return self._get("/api/v1/events", EventFeed, **params)
+        return self.send(calls.event_feed(after_id, limit))
 
     def lineage(
         self, entity: str, entity_id: int, direction: str = "both", depth: int = 5
@@ -278,12 +309,7 @@ class CrucibleClient:
 
     def latest_checkpoint(self, run_id: int) -> CheckpointPublic | None:
         """The run's newest live checkpoint, or None when it has none yet."""
-        try:
-            return self._get(f"/api/v1/runs/{run_id}/checkpoints/latest", CheckpointPublic)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.send(calls.latest_checkpoint(run_id))
 
     def get_checkpoint(self, checkpoint_id: int) -> CheckpointPublic:
         return self._get(f"/api/v1/checkpoints/{checkpoint_id}", CheckpointPublic)
@@ -359,7 +385,7 @@ class CrucibleClient:
 
     def list_checkpoint_evals(self, checkpoint_id: int) -> list[EvalResultPublic]:
         """Eval results recorded for one checkpoint, every suite."""
-        return self._get(f"/api/v1/checkpoints/{checkpoint_id}/evals", list[EvalResultPublic])
+        return self.send(calls.list_checkpoint_evals(checkpoint_id))
 
     def get_project(self, project_id: int) -> ProjectPublic:
         return self._get(f"/api/v1/projects/{project_id}", ProjectPublic)

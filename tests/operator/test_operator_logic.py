@@ -16,6 +16,7 @@ from crucible_operator.facts import (
     Demand,
     NodeFacts,
     PodFacts,
+    PodUse,
     Taint,
     Termination,
     pod_facts,
@@ -307,21 +308,123 @@ def test_placement_matches_the_plain_rule_on_random_clusters(seed: int) -> None:
     fits, placed = _fit_by_sorting(want, nodes, bound, reserved)
     placement = gang.fit(want, nodes, bound, reserved)
     assert placement.fits == fits
-    assert gang.fit(want, nodes, bound, reserved, gang.Eligibility()).fits == fits
+    # The capacity the events build places the released pods first, then the held ones.
+    pending = reserved[1::2] + reserved[0::2]
+    expected = gang.fit(want, nodes, bound, pending)
+    assert capacity_of(nodes, bound, reserved, rng, want).fit(want) == expected
     assert placement.fits or f"only {placed} fit now" in placement.message
 
 
-def test_remembered_eligibility_follows_each_nodes_latest_facts() -> None:
-    memo = gang.Eligibility()
+def use(node_name: str | None, demand: Demand, released: bool = False) -> PodUse:
+    return PodUse(node_name, demand, released=released, gated=False)
+
+
+def capacity_of(
+    nodes: list[NodeFacts],
+    bound: dict[str, Demand],
+    reserved: list[Demand],
+    rng: random.Random,
+    want: gang.Gang,
+) -> gang.Capacity:
+    """The same cluster as the events would build it, nodes and bound pods in a random
+    order, with pods that come and go on the way (each bound total split over two pods, one
+    bound at first elsewhere); then the reserved pods, odd ones released, even ones held.
+    Gangs are checked on the way, so that later events update what those checks built."""
+    capacity = gang.Capacity()
+    steps: list[Any] = [("node", n) for n in nodes]
+    for name, used in bound.items():
+        half = Demand(used.gpus // 2, used.cpu / 2, used.memory / 2)
+        rest = Demand(used.gpus - half.gpus, used.cpu - half.cpu, used.memory - half.memory)
+        steps += [("pod", ("ns", f"{name}-a"), use(name, half))]
+        steps += [("moved", ("ns", f"{name}-b"), use(nodes[0].name, rest), use(name, rest))]
+    steps.append(("pod", ("ns", "gone"), use(nodes[-1].name, Demand(gpus=8))))
+    steps += [("check",)] * 4
+    rng.shuffle(steps)
+    steps.append(("gone", ("ns", "gone")))
+    for i, demand in enumerate(reserved):
+        steps.append(("released" if i % 2 else "held", ("ns", f"r{i}"), demand))
+    for step in steps:
+        if step[0] == "node":
+            capacity.node_seen(step[1])
+        elif step[0] == "pod":
+            capacity.pod_seen(step[1], step[2])
+        elif step[0] == "moved":  # pending elsewhere first, then bound where it counts
+            capacity.pod_seen(step[1], step[2])
+            capacity.pod_seen(step[1], step[3])
+        elif step[0] == "released":
+            capacity.pod_seen(step[1], use(None, step[2], released=True))
+        elif step[0] == "held":
+            capacity.hold(step[1], step[2])
+        elif step[0] == "check":
+            capacity.fit(want)
+        else:
+            capacity.pod_gone(step[1])
+    return capacity
+
+
+def test_capacity_follows_each_nodes_latest_facts() -> None:
+    capacity = gang.Capacity()
     want = gang_of(1, 8)
-    nodes = [node("a"), node("b")]
-    assert gang.fit(want, nodes, {}, [], memo).fits
-    # b's facts replaced (a new object, as after a node event): checked again, not recalled.
-    nodes = [node("a", ready=False), node("b", unschedulable=True)]
-    assert not gang.fit(want, nodes, {}, [], memo).fits
-    assert [n.name for n in memo.usable(want, [node("a"), nodes[1]])] == ["a"]
+    for facts in (node("a"), node("b")):
+        assert capacity.node_seen(facts)  # new: its pods' runs are woken
+    assert capacity.fit(want).fits
+    # Replaced by a node event: checked again, not recalled.
+    assert capacity.node_seen(node("a", ready=False))  # readiness changed
+    assert not capacity.node_seen(node("b", unschedulable=True))  # readiness did not
+    assert not capacity.fit(want).fits
+    capacity.node_seen(node("a"))
+    assert capacity.fit(want).fits
     # Another gang shape has its own answers (a's taint is not tolerated).
-    assert memo.usable(gang_of(1, 8, tolerations=[]), [node("a")]) == []
+    assert not capacity.fit(gang_of(1, 8, tolerations=[])).fits
+    capacity.node_gone("a")
+    assert not capacity.fit(want).fits
+
+
+def test_a_held_pod_counts_until_its_event_shows_it_ungated() -> None:
+    clock = Clock()
+    capacity = gang.Capacity(clock=clock)
+    capacity.node_seen(node("a"))
+    capacity.hold(("ns", "g-0"), Demand(gpus=8))
+    assert not capacity.fit(gang_of(1, 8)).fits
+    # Still gated in its event (the gate's removal not seen yet): still held.
+    capacity.pod_seen(("ns", "g-0"), PodUse(None, Demand(gpus=8), released=False, gated=True))
+    assert ("ns", "g-0") in capacity.reservations
+    # Shown ungated: it counts from its events (released, then bound), not twice.
+    capacity.pod_seen(("ns", "g-0"), use(None, Demand(gpus=8), released=True))
+    assert ("ns", "g-0") not in capacity.reservations
+    assert not capacity.fit(gang_of(1, 8)).fits
+    capacity.pod_seen(("ns", "g-0"), use("a", Demand(gpus=8)))
+    assert not capacity.fit(gang_of(1, 1)).fits
+    capacity.pod_gone(("ns", "g-0"))
+    assert capacity.fit(gang_of(1, 8)).fits
+
+
+def test_a_hold_whose_pod_never_shows_up_expires() -> None:
+    clock = Clock()
+    capacity = gang.Capacity(clock=clock)
+    capacity.node_seen(node("a"))
+    capacity.hold(("ns", "gone-0"), Demand(gpus=2))
+    clock.now += gang.EXPIRE_SECONDS - 1
+    assert not capacity.fit(gang_of(1, 8)).fits
+    clock.now += 2
+    assert capacity.fit(gang_of(1, 8)).fits
+    assert len(capacity.reservations) == 0
+
+
+def test_a_failed_create_drops_its_hold() -> None:
+    capacity = gang.Capacity(clock=Clock())
+    capacity.hold(("ns", "b-0"), Demand(gpus=1))
+    capacity.drop(("ns", "b-0"))
+    capacity.drop(("ns", "b-0"))  # twice is fine
+    assert capacity.reservations.demands() == []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def body(kind: str = "TrainingRun", **spec: Any) -> dict[str, Any]:
@@ -626,13 +729,21 @@ def test_the_cluster_report_counts_running_gpus_per_node_and_shows_pods_as_kubec
         ],
         "w": [pod(0, name="w-a1-0", run_uid="w", deleting=True)],
     }
-    load = {"n0": [Demand(gpus=8)], "n1": [Demand(gpus=4), Demand(gpus=2)]}
-    nodes = {
-        "n1": [node("n1", labels={cluster_report.GPU_PRODUCT_LABEL: "NVIDIA-H200"})],
-        "n0": [node("n0", ready=False)],
-        "cpu": [node("cpu", gpus=0, unschedulable=True)],
-    }
-    report = cluster_report.build_report(pods_by_run, load, nodes)
+    capacity = gang.Capacity()
+    for facts in (
+        node("n1", labels={cluster_report.GPU_PRODUCT_LABEL: "NVIDIA-H200"}),
+        node("n0", ready=False),
+        node("cpu", gpus=0, unschedulable=True),
+    ):
+        capacity.node_seen(facts)
+    capacity.pod_seen(("ns", "a"), use("n0", Demand(gpus=8)))
+    capacity.pod_seen(("ns", "b"), use("n1", Demand(gpus=4)))
+    capacity.pod_seen(("ns", "c"), use("n1", Demand(gpus=2)))
+    capacity.pod_seen(("ns", "d"), use("n1", Demand(gpus=1)))
+    capacity.pod_seen(("ns", "d"), PodUse(None, Demand(), released=False, gated=False))  # ended
+    report = cluster_report.build_report(
+        pods_by_run, capacity.gpus_bound(), capacity.nodes.values()
+    )
     assert [
         (n.name, n.ready, n.schedulable, n.gpus_allocatable, n.gpus_allocated) for n in report.nodes
     ] == [

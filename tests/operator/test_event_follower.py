@@ -3,14 +3,31 @@ runs that changed, once per event, hands them new checkpoints and preempt reques
 marking the run changed, and says when the feed is not answering."""
 
 import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
 import pytest
 
 from crucible.client import ApiError, CrucibleClient
+from crucible.client.async_http import AsyncCrucibleClient
 from crucible.domain.enums import Phase
 from crucible.schemas.lineage import CheckpointCreate, EvalResultCreate
 from crucible.schemas.runs import AttemptStart, PhaseReport, RunPublic, RunSubmit
 from crucible_operator.feed import CheckpointSeen, EventFollower, Known, RunChanges
+from tests.servers import LocalServer
+
+Run = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@pytest.fixture
+def feed_api(live_server: LocalServer) -> Iterator[tuple[AsyncCrucibleClient, Run]]:
+    """The operator's client on an event loop of its own that outlives each poll (its
+    connections belong to that loop), and how to run a poll on it."""
+    loop = asyncio.new_event_loop()
+    api = AsyncCrucibleClient(live_server.url, live_server.token)
+    yield api, loop.run_until_complete
+    loop.run_until_complete(api.close())
+    loop.close()
 
 
 def submit(api: CrucibleClient, name: str) -> RunPublic:
@@ -23,29 +40,32 @@ def submit(api: CrucibleClient, name: str) -> RunPublic:
     return api.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
 
 
-def test_changed_runs_wake_their_loops_once(live_api: CrucibleClient) -> None:
+def test_changed_runs_wake_their_loops_once(
+    live_api: CrucibleClient, feed_api: tuple[AsyncCrucibleClient, Run]
+) -> None:
+    operator_api, on_loop = feed_api
     ours, also_ours, not_ours = (submit(live_api, n) for n in ("f-a", "f-b", "f-c"))
     changes = RunChanges(uids={ours.id: "uid-a", also_ours.id: "uid-b"})
     woken: list[str] = []
-    follower = EventFollower(live_api, changes, woken.append)
+    follower = EventFollower(operator_api, changes, woken.append)
     assert not changes.healthy()
-    assert asyncio.run(follower.poll()) is False  # the feed starts now: the past wakes nobody
+    assert on_loop(follower.poll()) is False  # the feed starts now: the past wakes nobody
     assert woken == [] and changes.healthy()
 
     live_api.report_phase(ours.id, PhaseReport(phase=Phase.Scheduling))
     live_api.cancel_run(also_ours.id)
     live_api.report_phase(not_ours.id, PhaseReport(phase=Phase.Scheduling))
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert sorted(woken) == ["uid-a", "uid-b"]
     assert changes.changed == {ours.id, also_ours.id}
 
     # Each poll reads back over the last ids (late commits); those already seen wake nobody.
     woken.clear()
     changes.changed.clear()
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert woken == [] and changes.changed == set()
     live_api.report_phase(ours.id, PhaseReport(phase=Phase.Running))
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert woken == ["uid-a"]
 
 
@@ -61,20 +81,22 @@ def checkpoint(api: CrucibleClient, run: RunPublic, step: int) -> int:
 
 def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
     live_api: CrucibleClient,
+    feed_api: tuple[AsyncCrucibleClient, Run],
 ) -> None:
+    operator_api, on_loop = feed_api
     run = submit(live_api, "f-ckpt")
     live_api.report_phase(run.id, PhaseReport(phase=Phase.Scheduling))
     live_api.start_attempt(run.id, AttemptStart())
     live_api.report_phase(run.id, PhaseReport(phase=Phase.Running))
     changes = RunChanges(uids={run.id: "uid-ckpt"})
     woken: list[str] = []
-    follower = EventFollower(live_api, changes, woken.append)
+    follower = EventFollower(operator_api, changes, woken.append)
     assert not changes.covers(0.0)  # no answer yet: a loop reads the API itself
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert changes.first_answered_at is not None
     assert not changes.covers(changes.first_answered_at - 1)  # looked before the feed began
     assert changes.covers(changes.first_answered_at)
-    asyncio.run(follower.poll())  # reads back over the overlap: the run's earlier events
+    on_loop(follower.poll())  # reads back over the overlap: the run's earlier events
     changes.changed.clear()
     woken.clear()
 
@@ -82,7 +104,7 @@ def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
     high = checkpoint(live_api, run, 300)
     checkpoint(live_api, run, 200)  # a late upload of an older step is not the newest
     live_api.preempt_run(run.id)
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert woken == ["uid-ckpt"]
     assert changes.changed == set()  # nothing the loop has to read the run for
     assert changes.checkpoints == {run.id: CheckpointSeen(high, 300, f"s3://ckpt/{run.id}/300")}
@@ -90,7 +112,7 @@ def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
     assert changes.preempt_requests == {run.id: {1}}
 
     live_api.cancel_run(run.id)  # any other event still marks the run changed
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert changes.changed == {run.id}
     changes.forget(run.id)
     assert (changes.uids, changes.changed, changes.checkpoints, changes.preempt_requests) == (
@@ -101,13 +123,16 @@ def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
     )
 
 
-def test_events_the_loops_last_answer_already_shows_wake_nobody(live_api: CrucibleClient) -> None:
+def test_events_the_loops_last_answer_already_shows_wake_nobody(
+    live_api: CrucibleClient, feed_api: tuple[AsyncCrucibleClient, Run]
+) -> None:
+    operator_api, on_loop = feed_api
     run = submit(live_api, "f-known")
     changes = RunChanges(uids={run.id: "uid-known"})
     woken: list[str] = []
-    follower = EventFollower(live_api, changes, woken.append)
-    asyncio.run(follower.poll())
-    asyncio.run(follower.poll())  # the overlap: the run's earlier events
+    follower = EventFollower(operator_api, changes, woken.append)
+    on_loop(follower.poll())
+    on_loop(follower.poll())  # the overlap: the run's earlier events
     changes.changed.clear()
     woken.clear()
 
@@ -115,18 +140,18 @@ def test_events_the_loops_last_answer_already_shows_wake_nobody(live_api: Crucib
     # the follower's next poll, as the seconds between them on a cluster make it.
     live_api.report_phase(run.id, PhaseReport(phase=Phase.Scheduling))
     changes.known[run.id] = Known(Phase.Scheduling.value, 0)
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     live_api.start_attempt(run.id, AttemptStart())
     changes.known[run.id] = Known(Phase.Scheduling.value, 1)
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     live_api.report_phase(run.id, PhaseReport(phase=Phase.Running))
     changes.known[run.id] = Known(Phase.Running.value, 1)
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert changes.changed == set() and woken == []  # none of them needs a read
 
     saved = checkpoint(live_api, run, 10)
     live_api.record_eval(EvalResultCreate(checkpoint_id=saved, suite="heldout", scores={"acc": 1}))
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert changes.changed == set()
     assert woken == ["uid-known"]  # the checkpoint, for the status
     assert changes.checkpoints[run.id].id == saved
@@ -135,21 +160,27 @@ def test_events_the_loops_last_answer_already_shows_wake_nobody(live_api: Crucib
     # too many, never a change missed.
     live_api.report_phase(run.id, PhaseReport(phase=Phase.Interrupted))
     changes.known[run.id] = Known(Phase.Recovering.value, 1)
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert changes.changed == {run.id}
     changes.changed.clear()
     changes.known[run.id] = Known(Phase.Interrupted.value, 1)
 
     live_api.cancel_run(run.id)  # a move the loop did not make
     woken.clear()
-    asyncio.run(follower.poll())
+    on_loop(follower.poll())
     assert changes.changed == {run.id} and woken == ["uid-known"]
 
 
 def test_a_feed_that_does_not_answer_is_not_healthy() -> None:
     changes = RunChanges()
-    with CrucibleClient("http://127.0.0.1:9", "t", retries=0, timeout=2) as unreachable:
-        follower = EventFollower(unreachable, changes, lambda uid: None)
-        with pytest.raises(ApiError, match=r"GET /api/v1/events"):
-            asyncio.run(follower.poll())
+
+    async def poll_once() -> None:
+        unreachable = AsyncCrucibleClient("http://127.0.0.1:9", "t", retries=0, timeout=2)
+        try:
+            await EventFollower(unreachable, changes, lambda uid: None).poll()
+        finally:
+            await unreachable.close()
+
+    with pytest.raises(ApiError, match=r"GET /api/v1/events"):
+        asyncio.run(poll_once())
     assert not changes.healthy()
