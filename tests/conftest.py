@@ -29,6 +29,9 @@ from crucible.settings import Settings, load_settings
 from tests.object_store import forget_s3_clients, s3  # noqa: F401 - fixtures, for every test
 from tests.servers import LocalServer, local_server
 
+# The cluster's fixtures (`cluster`, `namespace`, ...) serve every folder that tests on it.
+pytest_plugins = ["tests.k8s.fixtures"]
+
 ADMIN_TOKEN = "cru_test-admin-token"
 DEFAULT_PG_URL = "postgresql+psycopg://crucible:crucible@127.0.0.1:15432/crucible_test"
 

@@ -11,7 +11,7 @@
 
 PREREQS_ROOT="$(cd "${BASH_SOURCE[0]%/*}/../.." && pwd)"
 PYTHON_MIN=3.11
-# The range of web/package-lock.json's node_modules/vite "engines" (tests/unit/test_prereqs.py
+# The range of web/package-lock.json's node_modules/vite "engines" (tests/project/test_prereqs.py
 # keeps the two equal): each alternative is ^X.Y.Z (same major) or >=X.Y.Z.
 VITE_NODE_RANGE="^20.19.0 || >=22.12.0"
 GO_DOWNLOAD="https://go.dev/dl/"

@@ -1,5 +1,5 @@
 """Database trouble answers 503 with Retry-After, never 500 (the outage itself is in
-tests/chaos/test_postgres_restart.py; this is the pool running dry, which an outage causes
+tests/api/test_postgres_restart.py; this is the pool running dry, which an outage causes
 when every connection hangs on a dead server)."""
 
 from contextlib import ExitStack

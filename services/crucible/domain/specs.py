@@ -492,7 +492,7 @@ class ObjectMeta(SpecModel):
 
 
 class _Manifest(SpecModel):
-    # A Literal takes no name: this is resources.API_VERSION (tests/unit/test_names.py checks)
+    # A Literal takes no name: this is resources.API_VERSION (tests/api/test_names.py checks)
     api_version: Literal["crucible.dev/v1alpha1"] = API_VERSION
     metadata: ObjectMeta
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.chaos.conftest import ApiProcess, PrivatePostgres
+from tests.api.conftest import ApiProcess, PrivatePostgres
 from tests.conftest import ADMIN_TOKEN, bearer, training_run
 from tests.stored_metrics import stored_points
 

@@ -7,7 +7,7 @@ import pytest
 from crucible.schemas.metrics import MetricBatch
 from crucible.sdk import metrics
 from crucible.sdk.metrics import _encode, _rows_of
-from tests.unit.test_metric_log import rows_of_columns
+from tests.sdk.test_metric_log import rows_of_columns
 
 
 def test_a_batch_encodes_as_columns_the_api_reads_back_point_for_point() -> None:

@@ -1,4 +1,6 @@
-"""pytest fixtures for tests against the local Kubernetes cluster (scripts/cluster).
+"""pytest fixtures for tests against the local Kubernetes cluster (scripts/cluster), for
+every folder (the operator's tests use them as the cluster's own do): tests/conftest.py
+loads this module as a plugin.
 
 * ``cluster`` (session): runs ``scripts/cluster up`` (which builds the binaries on first
   use and reuses a healthy running cluster), puts KUBECONFIG and the bin dir on PATH in
@@ -7,7 +9,7 @@
   A cluster that cannot come up fails the tests (never skips them).
 * ``namespace`` (function): a fresh namespace per test, deleted afterwards.
 
-Every test module here sets ``pytestmark = pytest.mark.k8s``.
+Every test module using them sets ``pytestmark = pytest.mark.k8s``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,6 @@ import pytest
 
 from tests.k8s import cluster_helpers as h
 from tests.k8s.real_node import load_workload_image
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "k8s: needs the local Kubernetes cluster (scripts/cluster)")
 
 
 @pytest.fixture(scope="session")

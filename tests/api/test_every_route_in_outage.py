@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from crucible.api.app import create_app
 from crucible.settings import load_settings
-from tests.chaos.conftest import PrivatePostgres
+from tests.api.conftest import PrivatePostgres
 from tests.conftest import ADMIN_TOKEN, bearer
 from tests.route_examples import concrete_path, example_bodies, query_for
 

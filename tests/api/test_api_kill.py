@@ -18,7 +18,7 @@ from crucible.client import CrucibleClient
 from crucible.schemas.runs import AttemptStart, RunSubmit
 from crucible.schemas.tenancy import ProjectCreate
 from crucible.sdk.metrics import MetricShipper
-from tests.chaos.conftest import ApiProcess
+from tests.api.conftest import ApiProcess
 from tests.conftest import ADMIN_TOKEN, training_run
 from tests.stored_metrics import stored_point_count, stored_points
 

@@ -90,7 +90,7 @@ def test_deselected_markers_start_nothing_for_them_and_the_rest_still_starts(
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_tests_that_use_no_part_need_nothing(tmp_path: Path) -> None:
-    assert collected_needs(tmp_path, "tests/unit/test_downsample.py") == set()
+    assert collected_needs(tmp_path, "tests/api/test_downsample.py") == set()
 
 
 @pytest.mark.slow
@@ -103,7 +103,7 @@ def test_a_test_taking_s3_needs_the_object_store(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # its collections: 170 s seen under the whole suite
 def test_each_stage_keeps_only_its_own_tests(tmp_path: Path) -> None:
-    paths = ["tests/sdk/test_object_storage.py", "tests/unit/test_downsample.py"]
+    paths = ["tests/sdk/test_object_storage.py", "tests/api/test_downsample.py"]
     kept, totals = {}, set()
     for stage, ours, theirs in [
         ("local", "test_downsample.py::", "test_object_storage.py::"),
