@@ -17,8 +17,8 @@ from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.model_spec import ModelSpec
 
 if TYPE_CHECKING:
-    from crucible.sdk import Run
     from crucible.sdk.artifacts import InputArtifact
+    from crucible.workloads.jobs.checkpoints import CheckpointSource
 
 Fetch = Callable[[str], "InputArtifact"]
 """An artifact's id or name -> the artifact and its verified local files."""
@@ -33,7 +33,7 @@ class ResolvedModel:
     """What the checkpoint meta records: each reference by the artifact's id."""
 
 
-def run_fetch(run: "Run", pinned: Mapping[str, int]) -> Fetch:
+def run_fetch(run: "CheckpointSource", pinned: Mapping[str, int]) -> Fetch:
     """Artifacts as a run reads them: the one the control plane pinned for a reference (else
     the reference as it stands), verified and recorded as an input."""
     return lambda ref: run.input_artifact(str(pinned.get(ref, ref)))

@@ -5,7 +5,7 @@ digest-checked, through the SDK."""
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from crucible.workloads.config import ModelConfig, TaskConfig
 from crucible.workloads.jobs.config import SECTIONS, ConfigError, build_model_spec, validated
@@ -15,11 +15,23 @@ if TYPE_CHECKING:
     import torch
 
     from crucible.schemas.lineage import CheckpointPublic
-    from crucible.sdk import Run
+    from crucible.sdk.artifacts import InputArtifact
     from crucible.workloads.hf_model import LanguageModel
     from crucible.workloads.tokenizer import Tokenizer
 
 log = logging.getLogger("crucible.workloads")
+
+
+class CheckpointSource(Protocol):
+    """Where a checkpoint's model is read from: a `crucible.sdk.Run` inside a job (which
+    records what it read as the run's inputs), or a `crucible.sdk.reader.CheckpointReader`
+    outside one."""
+
+    def get_checkpoint(self, checkpoint_id: int) -> "CheckpointPublic": ...
+
+    def input_artifact(self, ref: str) -> "InputArtifact": ...
+
+    def load_checkpoint(self, state: Mapping[str, Any], *, checkpoint_id: int) -> int | None: ...
 
 
 def checkpoint_meta(model: ModelConfig | ModelSpec, task: TaskConfig, mode: str) -> dict[str, Any]:
@@ -63,7 +75,9 @@ def checked_tokenizer(spec: ModelSpec) -> "Tokenizer":
         raise ConfigError(f"config.model: {exc}") from None
 
 
-def load_weights(run: "Run", record: "CheckpointPublic", state: dict[str, "torch.Tensor"]) -> None:
+def load_weights(
+    run: CheckpointSource, record: "CheckpointPublic", state: dict[str, "torch.Tensor"]
+) -> None:
     """Fill `state` (a model state dict) with the weights of trainer checkpoint `record`,
     digest-checked, without its optimizer state."""
     from crucible.workloads.train import model_only
@@ -72,7 +86,7 @@ def load_weights(run: "Run", record: "CheckpointPublic", state: dict[str, "torch
 
 
 def load_model(
-    run: "Run",
+    run: CheckpointSource,
     checkpoint_id: int,
     *,
     device: "torch.device",

@@ -1,0 +1,37 @@
+"""The engine's knobs, one dataclass; every field carries its docstring."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    block_size: int = 16
+    """Positions per KV block: smaller wastes less at each sequence's tail, larger gathers
+    fewer, longer runs of keys."""
+
+    num_blocks: int | None = None
+    """KV blocks in the pool; by default as many as `kv_memory_fraction` of the device's
+    free memory holds (on CUDA) or `cpu_kv_gib` (on the CPU)."""
+
+    kv_memory_fraction: float = 0.85
+    """Share of the GPU memory free once the model is loaded that goes to the KV cache
+    (the rest is for activations and the sampler's (rows, vocab) tensors)."""
+
+    cpu_kv_gib: float = 0.5
+    """KV cache size on the CPU when `num_blocks` is not given."""
+
+    max_running: int = 256
+    """Sequences decoding at once, at most."""
+
+    max_prefill_tokens: int = 8192
+    """Prompt tokens computed in one step, at most (a longer prompt runs alone)."""
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+        if not 0.0 < self.kv_memory_fraction < 1.0:
+            raise ValueError(f"kv_memory_fraction must be in (0, 1), got {self.kv_memory_fraction}")
+        if self.max_running < 1 or self.max_prefill_tokens < 1:
+            raise ValueError("max_running and max_prefill_tokens must be positive")

@@ -1,0 +1,344 @@
+"""The engine: requests in, tokens out, one step at a time.
+
+`step()` plans with the scheduler, runs the prompts' forward and the decode forward,
+samples every row at once, and retires what finished. Callers either drive it themselves
+(`step` until `has_work` is False, as `generate` does) or run it in a thread behind
+`AsyncEngine` (the HTTP server).
+"""
+
+import hashlib
+import itertools
+import secrets
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor
+
+from crucible.engine.blocks import BlockPool
+from crucible.engine.config import EngineConfig
+from crucible.engine.params import InvalidParameter, SamplingParams
+from crucible.engine.runner import ForwardBatch, build_runner, bytes_per_block
+from crucible.engine.sampler import SamplingRows, sample
+from crucible.engine.scheduler import Plan, Scheduler
+from crucible.engine.sequence import FinishReason, Sequence, TokenLogprob
+from crucible.workloads.hf_model import LanguageModel
+from crucible.workloads.tokenizer import Tokenizer
+
+
+@dataclass
+class Completion:
+    index: int
+    tokens: list[int]
+    logprobs: list[TokenLogprob]
+    text: str
+    finish_reason: FinishReason | None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: list[int]
+    completions: list[Completion]
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finish_reason is not None for c in self.completions)
+
+
+@dataclass
+class Progress:
+    """What one step did to one sequence: the token it added, and whether it ended."""
+
+    seq: Sequence
+    token: int | None
+    finished: bool
+
+
+@dataclass
+class Counters:
+    """Totals since the engine started."""
+
+    prompt_tokens: int = 0
+    """Prompt tokens computed (those found in cached blocks are not)."""
+
+    generated_tokens: int = 0
+    preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    waiting: int
+    running: int
+    blocks_used: int
+    blocks_total: int
+    counters: Counters
+
+
+@dataclass
+class _Request:
+    id: str
+    prompt: list[int]
+    sequences: list[Sequence] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(
+        self, model: LanguageModel, tokenizer: Tokenizer, config: EngineConfig | None = None
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config = config or EngineConfig()
+        num_blocks = config.num_blocks or _blocks_that_fit(model, config)
+        self.runner = build_runner(model, num_blocks=num_blocks, block_size=config.block_size)
+        self.pool = BlockPool(num_blocks, config.block_size)
+        self.scheduler = Scheduler(
+            self.pool,
+            max_running=config.max_running,
+            max_prefill_tokens=config.max_prefill_tokens,
+        )
+        self.device = self.runner.device
+        self.max_seq_len = self.runner.max_seq_len
+        self._requests: dict[str, _Request] = {}
+        self._ids = itertools.count()
+        self.counters = Counters()
+
+    # -- requests ---------------------------------------------------------------------
+
+    def add_request(
+        self, prompt: Seq[int], params: SamplingParams, request_id: str | None = None
+    ) -> str:
+        """Queue `params.n` completions of `prompt` (token ids); returns the request's id."""
+        prompt = list(prompt)
+        self.check(len(prompt), params)
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self._requests:
+            raise InvalidParameter("request_id", f"{request_id!r} is already running")
+        arrival = next(self._ids)
+        seed = params.seed if params.seed is not None else secrets.randbits(62)
+        request = _Request(request_id, prompt)
+        for index in range(params.n):
+            seq = Sequence(
+                id=next(self._ids),
+                request_id=request_id,
+                index=index,
+                prompt=prompt,
+                params=params,
+                seed=sequence_seed(seed, prompt, index),
+                arrival=arrival,
+            )
+            request.sequences.append(seq)
+            self.scheduler.add(seq)
+        self._requests[request_id] = request
+        return request_id
+
+    def check(self, prompt_tokens: int, params: SamplingParams) -> None:
+        """Refuse a request that could never run, naming the field at fault."""
+        if prompt_tokens < 1:
+            raise InvalidParameter("prompt", "is empty")
+        total = prompt_tokens + params.max_tokens
+        if total > self.max_seq_len:
+            raise InvalidParameter(
+                "max_tokens",
+                f"the prompt's {prompt_tokens} tokens plus max_tokens={params.max_tokens} "
+                f"exceed the model's context of {self.max_seq_len} tokens",
+            )
+        needed = self.scheduler.blocks_for(total)
+        if needed > self.pool.num_blocks:
+            raise InvalidParameter(
+                "max_tokens",
+                f"{total} tokens need {needed} KV blocks; the engine has {self.pool.num_blocks}",
+            )
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request's sequences and free their blocks (a client went away)."""
+        request = self._requests.pop(request_id, None)
+        if request is None:
+            return
+        for seq in request.sequences:
+            if not seq.finished:
+                self.scheduler.finish(seq, FinishReason.ABORT)
+
+    def output(self, request_id: str) -> RequestOutput:
+        request = self._requests[request_id]
+        return RequestOutput(
+            request_id, request.prompt, [self.completion(s) for s in request.sequences]
+        )
+
+    def completion(self, seq: Sequence) -> Completion:
+        text = self.tokenizer.decode(seq.output)
+        if seq.text_end is not None:
+            text = text[: seq.text_end]
+        return Completion(seq.index, list(seq.output), list(seq.logprobs), text, seq.finish_reason)
+
+    def release(self, request_id: str) -> RequestOutput:
+        """The finished request's output, forgotten by the engine."""
+        output = self.output(request_id)
+        del self._requests[request_id]
+        return output
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    def generate(self, prompts: Seq[Seq[int]], params: SamplingParams) -> list[RequestOutput]:
+        """Completions of every prompt, all queued at once and run to the end."""
+        ids = [self.add_request(p, params) for p in prompts]
+        while self.has_work:
+            self.step()
+        return [self.release(i) for i in ids]
+
+    # -- the step ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self) -> list[Progress]:
+        plan = self.scheduler.plan()
+        self.counters.preemptions += len(plan.preempted)
+        progress: list[Progress] = []
+        if not plan.empty:
+            rows = plan.prefill + plan.decode
+            logits = self._forward(plan)
+            sampled = sample(logits, self._sampling_rows(rows))
+            tokens = sampled.tokens.tolist()
+            logprobs = sampled.logprobs.tolist()
+            top = None
+            if sampled.top_ids is not None and sampled.top_logprobs is not None:
+                top = (sampled.top_ids.tolist(), sampled.top_logprobs.tolist())
+            for row, seq in enumerate(rows):
+                alternatives: list[tuple[int, float]] = []
+                if top is not None and seq.params.top_logprobs:
+                    wanted = seq.params.top_logprobs
+                    alternatives = list(
+                        zip(top[0][row][:wanted], top[1][row][:wanted], strict=True)
+                    )
+                progress.append(self._advance(seq, tokens[row], logprobs[row], alternatives))
+        return progress
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            waiting=len(self.scheduler.waiting),
+            running=len(self.scheduler.running),
+            blocks_used=self.pool.used,
+            blocks_total=self.pool.num_blocks,
+            counters=replace(self.counters),
+        )
+
+    def _forward(self, plan: Plan) -> Tensor:
+        parts: list[Tensor] = []
+        if plan.prefill:
+            self.counters.prompt_tokens += sum(s.length - s.computed for s in plan.prefill)
+            parts.append(self.runner.forward(self._batch(plan.prefill)))
+        if plan.decode:
+            parts.append(self.runner.forward(self._batch(plan.decode)))
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _batch(self, seqs: list[Sequence]) -> ForwardBatch:
+        """Each sequence's uncomputed tokens as one padded batch."""
+        size = self.pool.block_size
+        width = max(s.length - s.computed for s in seqs)
+        table_width = max(len(s.blocks) for s in seqs)
+        scratch = self.runner.scratch_block * size
+        tokens, positions, slots, tables, lengths, last = [], [], [], [], [], []
+        for seq in seqs:
+            todo = range(seq.computed, seq.length)
+            pad = width - len(todo)
+            all_tokens = seq.tokens
+            tokens.append([all_tokens[p] for p in todo] + [0] * pad)
+            positions.append(list(todo) + [0] * pad)
+            slots.append([seq.blocks[p // size] * size + p % size for p in todo] + [scratch] * pad)
+            tables.append(
+                seq.blocks + [self.runner.scratch_block] * (table_width - len(seq.blocks))
+            )
+            lengths.append(seq.length)
+            last.append(len(todo) - 1)
+
+        def tensor(rows: list[list[int]] | list[int]) -> Tensor:
+            return torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
+
+        return ForwardBatch(
+            tokens=tensor(tokens),
+            positions=tensor(positions),
+            slots=tensor(slots),
+            block_tables=tensor(tables),
+            lengths=tensor(lengths),
+            last=tensor(last),
+        )
+
+    def _sampling_rows(self, seqs: list[Sequence]) -> SamplingRows:
+        params = [s.params for s in seqs]
+
+        def tensor(values: list[float] | list[int], dtype: torch.dtype) -> Tensor:
+            return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
+
+        return SamplingRows(
+            temperature=tensor([p.temperature for p in params], torch.float32),
+            top_p=tensor([p.top_p for p in params], torch.float32),
+            top_k=tensor([p.top_k for p in params], torch.long),
+            seeds=tensor([s.seed for s in seqs], torch.long),
+            positions=tensor([s.length for s in seqs], torch.long),
+            filtered=any(p.top_p < 1.0 or p.top_k > 0 for p in params),
+            top_logprobs=max(p.top_logprobs for p in params),
+        )
+
+    def _advance(
+        self, seq: Sequence, token: int, logprob: float, top: list[tuple[int, float]]
+    ) -> Progress:
+        """Record the sampled token, name the blocks it filled, retire the sequence if done."""
+        seq.computed = seq.length
+        self._name_full_blocks(seq)
+        seq.output.append(token)
+        seq.logprobs.append(TokenLogprob(token, logprob, top))
+        self.counters.generated_tokens += 1
+        reason = self._finish_reason(seq, token)
+        if reason is not None:
+            self.scheduler.finish(seq, reason)
+        return Progress(seq, token, reason is not None)
+
+    def _name_full_blocks(self, seq: Sequence) -> None:
+        size = self.pool.block_size
+        full = seq.computed // size
+        if full > seq.named_blocks:
+            tokens = seq.tokens
+            name = seq.prefix_name
+            for block in range(seq.named_blocks, full):
+                name = hash((name, tuple(tokens[block * size : (block + 1) * size])))
+                self.pool.name(seq.blocks[block], name)
+            seq.prefix_name = name
+            seq.named_blocks = full
+
+    def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        params = seq.params
+        if token in params.stop_token_ids or (
+            token == self.tokenizer.EOS and not params.ignore_eos
+        ):
+            return FinishReason.STOP
+        if params.stop:
+            text = self.tokenizer.decode(seq.output)
+            ends = [i for i in (text.find(s) for s in params.stop) if i >= 0]
+            if ends:
+                seq.text_end = min(ends)
+                return FinishReason.STOP
+        if len(seq.output) >= params.max_tokens or seq.length >= self.max_seq_len:
+            return FinishReason.LENGTH
+        return None
+
+
+def sequence_seed(seed: int, prompt: Seq[int], index: int) -> int:
+    """The noise stream of completion `index` of `prompt` under a request's `seed`: the same
+    whatever `n` is and whatever else runs, and a different one for every other prompt (one
+    seed for a whole rollout must not give its prompts the same noise)."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(f"{seed}:{index}:".encode())
+    digest.update(",".join(map(str, prompt)).encode())
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
+def _blocks_that_fit(model: LanguageModel, config: EngineConfig) -> int:
+    per_block = bytes_per_block(model, config.block_size)
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = int(free * config.kv_memory_fraction)
+    else:
+        budget = int(config.cpu_kv_gib * 2**30)
+    return max(1, budget // per_block)

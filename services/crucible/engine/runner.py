@@ -1,0 +1,78 @@
+"""What the engine asks of a model: a forward over new tokens with a paged KV cache.
+
+The built-in GPT (`paged_gpt.py`) and Hugging Face models (`paged_hf.py`) each keep their
+keys and values in blocks of the engine's pool, addressed by the `ForwardBatch`'s slots and
+block tables; the engine never looks inside.
+"""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from crucible.workloads.hf_model import HFCausalLM, LanguageModel
+from crucible.workloads.model import GPT
+
+
+@dataclass
+class ForwardBatch:
+    """Rows of new tokens, each continuing its own sequence; padded to one width."""
+
+    tokens: Tensor
+    """(rows, width) token ids; padding is any id."""
+
+    positions: Tensor
+    """(rows, width) each token's position in its sequence; 0 at padding."""
+
+    slots: Tensor
+    """(rows, width) where each token's key and value go: block * block_size + offset;
+    padding writes to the scratch block."""
+
+    block_tables: Tensor
+    """(rows, blocks) each row's blocks in order, padded with the scratch block."""
+
+    lengths: Tensor
+    """(rows,) positions each row holds once this batch is written."""
+
+    last: Tensor
+    """(rows,) column of each row's last real token: its logits are returned."""
+
+
+class ModelRunner(Protocol):
+    max_seq_len: int
+    device: torch.device
+
+    @property
+    def scratch_block(self) -> int:
+        """The extra block padding writes to (the pool's blocks are 0 .. scratch_block - 1)."""
+        ...
+
+    def forward(self, batch: ForwardBatch) -> Tensor:
+        """(rows, vocab) logits of each row's last real token; keys and values written."""
+        ...
+
+
+def bytes_per_block(model: LanguageModel, block_size: int) -> int:
+    """KV cache bytes one block takes for `model`."""
+    from crucible.engine.paged_gpt import PagedGPT
+
+    if isinstance(model, GPT):
+        return PagedGPT.bytes_per_block(model, block_size)
+    if isinstance(model, HFCausalLM):
+        from crucible.engine.paged_hf import PagedHF  # imports transformers: only when needed
+
+        return PagedHF.bytes_per_block(model, block_size)
+    raise NotImplementedError(f"no paged runner for {type(model).__name__} yet")
+
+
+def build_runner(model: LanguageModel, *, num_blocks: int, block_size: int) -> ModelRunner:
+    from crucible.engine.paged_gpt import PagedGPT
+
+    if isinstance(model, GPT):
+        return PagedGPT(model, num_blocks=num_blocks, block_size=block_size)
+    if isinstance(model, HFCausalLM):
+        from crucible.engine.paged_hf import PagedHF  # imports transformers: only when needed
+
+        return PagedHF(model, num_blocks=num_blocks, block_size=block_size)
+    raise NotImplementedError(f"no paged runner for {type(model).__name__} yet")

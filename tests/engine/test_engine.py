@@ -1,0 +1,259 @@
+"""The engine against the uncached reference path: same tokens, same logprobs, whatever the
+batching, the block size, the prefix sharing or the preemptions."""
+
+import pytest
+
+from crucible.engine.config import EngineConfig
+from crucible.engine.engine import Engine
+from crucible.engine.paged_gpt import PagedGPT
+from crucible.engine.params import InvalidParameter, SamplingParams
+from crucible.engine.sequence import FinishReason
+from crucible.workloads.model import GPT
+from crucible.workloads.rollout import generate
+from crucible.workloads.tokenizer import ByteTokenizer
+
+TOK = ByteTokenizer()
+PROMPTS = ["1+2=", "37+58=", "9*9=", "123-4=", "7=", "a much longer prompt of text"]
+NEVER = 10**6
+"""An EOS id no model produces: completions run to max_tokens."""
+
+
+def encoded(prompts: list[str] = PROMPTS) -> list[list[int]]:
+    return [TOK.encode(p, bos=True) for p in prompts]
+
+
+def engine(model: GPT, **config: int) -> Engine:
+    return Engine(model, TOK, EngineConfig(**{"block_size": 4, "num_blocks": 128, **config}))
+
+
+def reference(model: GPT, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    return generate(
+        model, prompts, max_new_tokens=new_tokens, eos_id=NEVER, pad_id=TOK.PAD, use_cache=False
+    ).tokens
+
+
+GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
+
+
+def test_greedy_tokens_and_logprobs_equal_the_uncached_path(model: GPT) -> None:
+    prompts = encoded()
+    outputs = engine(model).generate(prompts, GREEDY)
+    expected = generate(
+        model, prompts, max_new_tokens=20, eos_id=NEVER, pad_id=TOK.PAD, use_cache=False
+    )
+    got = [o.completions[0] for o in outputs]
+    assert [c.tokens for c in got] == expected.tokens
+    assert len({tuple(c.tokens) for c in got}) > 1
+    for completion, logprobs in zip(got, expected.logprobs, strict=True):
+        assert [t.logprob for t in completion.logprobs] == pytest.approx(logprobs, abs=1e-4)
+        assert all(c.finish_reason is FinishReason.LENGTH for c in got)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 64])
+def test_block_size_does_not_change_the_output(model: GPT, block_size: int) -> None:
+    outputs = engine(model, block_size=block_size, num_blocks=2048 // block_size).generate(
+        encoded(), GREEDY
+    )
+    assert [o.completions[0].tokens for o in outputs] == reference(model, encoded(), 20)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_tokens=15, temperature=1.0, seed=7),
+        SamplingParams(max_tokens=15, temperature=0.8, top_p=0.9, top_k=50, seed=7),
+    ],
+    ids=["plain", "filtered"],
+)
+def test_a_sampled_completion_does_not_depend_on_its_batch(
+    model: GPT, params: SamplingParams
+) -> None:
+    together = engine(model).generate(encoded(), params)
+    alone = [engine(model).generate([p], params)[0] for p in encoded()]
+    # Another order, with a greedy and a top-k request in between: the batch takes the
+    # other sampling path, and the rows must not notice.
+    mixed = engine(model)
+    ids = [mixed.add_request(p, params) for p in reversed(encoded())]
+    mixed.add_request(encoded()[0], GREEDY)
+    mixed.add_request(encoded()[1], SamplingParams(max_tokens=9, top_k=3, seed=1))
+    while mixed.has_work:
+        mixed.step()
+    shuffled = [mixed.output(i) for i in reversed(ids)]
+    tokens = [[c.tokens for c in o.completions] for o in together]
+    assert tokens == [[c.tokens for c in o.completions] for o in alone]
+    assert tokens == [[c.tokens for c in o.completions] for o in shuffled]
+    assert len({tuple(t[0]) for t in tokens}) == len(tokens)
+
+
+def test_seeds_and_samples_differ(model: GPT) -> None:
+    prompt = encoded()[:1]
+    one = engine(model).generate(prompt, SamplingParams(max_tokens=12, n=4, seed=1))[0]
+    again = engine(model).generate(prompt, SamplingParams(max_tokens=12, n=4, seed=1))[0]
+    other = engine(model).generate(prompt, SamplingParams(max_tokens=12, n=4, seed=2))[0]
+    tokens = [c.tokens for c in one.completions]
+    assert tokens == [c.tokens for c in again.completions]
+    assert tokens != [c.tokens for c in other.completions]
+    assert len({tuple(t) for t in tokens}) == 4
+    # Sample i is the same whatever n is.
+    two = engine(model).generate(prompt, SamplingParams(max_tokens=12, n=2, seed=1))[0]
+    assert [c.tokens for c in two.completions] == tokens[:2]
+
+
+def test_samples_of_one_prompt_share_its_blocks(model: GPT) -> None:
+    prompt = TOK.encode("a prompt of exactly thirty-two tokens long..", bos=True)[:32]
+    n = 8
+    shared = engine(model, block_size=4)
+    shared.generate([prompt], SamplingParams(max_tokens=4, n=n, seed=3))
+    # The first sample computes the prompt; the others wait one step and then compute
+    # only its last block (the last token is always computed, for its logits).
+    assert shared.counters.prompt_tokens == 32 + (n - 1) * 4
+    separate = engine(model, block_size=4)
+    for i in range(n):
+        separate.generate([prompt], SamplingParams(max_tokens=4, seed=i))
+    # Separate requests arriving after the first finished reuse its released blocks too.
+    assert separate.counters.prompt_tokens == 32 + (n - 1) * 4
+    cold = engine(model, block_size=4, num_blocks=9)
+    cold.generate([prompt], SamplingParams(max_tokens=4, seed=0))
+    cold.generate([TOK.encode("x" * 30, bos=True)], SamplingParams(max_tokens=4, seed=0))
+    cold.generate([prompt], SamplingParams(max_tokens=4, seed=0))
+    assert cold.counters.prompt_tokens == 32 + 31 + 32  # evicted: computed again
+
+
+def test_prefix_sharing_keeps_the_samples_as_they_were(model: GPT) -> None:
+    prompt = encoded()[-1]
+    params = SamplingParams(max_tokens=10, n=5, seed=11)
+    shared = engine(model).generate([prompt], params)[0]
+    singles = engine(model)
+    alone = []
+    for i in range(5):
+        # A fresh engine per sample: nothing cached, nothing shared.
+        single = engine(model).generate([prompt], SamplingParams(max_tokens=10, n=i + 1, seed=11))
+        alone.append(single[0].completions[i].tokens)
+    del singles
+    assert [c.tokens for c in shared.completions] == alone
+
+
+def test_preemption_under_memory_pressure_changes_nothing(model: GPT) -> None:
+    prompts = encoded() * 3
+    roomy = engine(model).generate(prompts, GREEDY)
+    tight = engine(model, num_blocks=24)
+    squeezed = tight.generate(prompts, GREEDY)
+    assert tight.counters.preemptions > 0
+    assert [o.completions[0].tokens for o in squeezed] == [o.completions[0].tokens for o in roomy]
+    sampled = SamplingParams(max_tokens=20, seed=5, ignore_eos=True)
+    assert [
+        o.completions[0].tokens for o in engine(model, num_blocks=24).generate(prompts, sampled)
+    ] == [o.completions[0].tokens for o in engine(model).generate(prompts, sampled)]
+
+
+def test_more_requests_than_blocks_wait_their_turn(model: GPT) -> None:
+    tight = engine(model, num_blocks=16)
+    ids = [tight.add_request(p, GREEDY) for p in encoded() * 4]
+    most_waiting = 0
+    while tight.has_work:
+        tight.step()
+        most_waiting = max(most_waiting, tight.stats().waiting)
+        assert tight.stats().blocks_used <= 16
+    assert most_waiting > 0
+    assert all(len(tight.release(i).completions[0].tokens) == 20 for i in ids)
+    assert tight.pool.free == 16
+
+
+def test_stops_at_eos_stop_tokens_stop_strings_and_length(model: GPT) -> None:
+    prompt = encoded()[1]
+    (full,) = engine(model).generate([prompt], GREEDY)
+    tokens = full.completions[0].tokens
+    eos = tokens[5]
+    at_eos = engine(model)
+    at_eos.tokenizer = _WithEos(eos)
+    (stopped,) = at_eos.generate([prompt], SamplingParams(max_tokens=20, temperature=0.0))
+    assert stopped.completions[0].tokens == tokens[: tokens.index(eos) + 1]
+    assert stopped.completions[0].finish_reason is FinishReason.STOP
+
+    (by_token,) = engine(model).generate(
+        [prompt], SamplingParams(max_tokens=20, temperature=0.0, stop_token_ids=(eos,))
+    )
+    assert by_token.completions[0].tokens == tokens[: tokens.index(eos) + 1]
+
+    text = full.completions[0].text
+    stop = text[7:9]
+    (by_string,) = engine(model).generate(
+        [prompt], SamplingParams(max_tokens=20, temperature=0.0, stop=(stop,), ignore_eos=True)
+    )
+    completion = by_string.completions[0]
+    assert completion.finish_reason is FinishReason.STOP
+    assert completion.text == text[: text.index(stop)]
+    assert len(completion.tokens) < 20
+
+    (short,) = engine(model).generate([prompt], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert len(short.completions[0].tokens) == 3
+    assert short.completions[0].finish_reason is FinishReason.LENGTH
+
+
+class _WithEos(ByteTokenizer):
+    def __init__(self, eos: int) -> None:
+        self.EOS = eos
+
+
+def test_abort_frees_the_blocks(model: GPT) -> None:
+    running = engine(model)
+    request = running.add_request(encoded()[-1], SamplingParams(max_tokens=30, n=3))
+    for _ in range(5):
+        running.step()
+    assert running.pool.used > 0
+    running.abort(request)
+    assert running.pool.used == 0
+    assert not running.has_work
+
+
+def test_top_logprobs_are_the_most_likely_tokens(model: GPT) -> None:
+    (output,) = engine(model).generate(
+        encoded()[:1], SamplingParams(max_tokens=5, temperature=0.0, top_logprobs=3)
+    )
+    for step in output.completions[0].logprobs:
+        assert len(step.top) == 3
+        values = [lp for _, lp in step.top]
+        assert values == sorted(values, reverse=True)
+        assert step.top[0][0] == step.token
+        assert step.top[0][1] == pytest.approx(step.logprob)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -2}, "top_k"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"n": 0}, "n"),
+        ({"stop": ("",)}, "stop"),
+        ({"top_logprobs": 21}, "logprobs"),
+    ],
+)
+def test_bad_sampling_parameters_name_the_field(change: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidParameter) as error:
+        SamplingParams(**change)  # type: ignore[arg-type]
+    assert error.value.field == field
+
+
+def test_requests_that_cannot_fit_are_refused(model: GPT) -> None:
+    small = engine(model, num_blocks=8)
+    with pytest.raises(InvalidParameter, match="context of 64") as error:
+        small.add_request(list(range(60)), SamplingParams(max_tokens=10))
+    assert error.value.field == "max_tokens"
+    with pytest.raises(InvalidParameter, match="the engine has 8"):
+        small.add_request(list(range(30)), SamplingParams(max_tokens=10))
+    with pytest.raises(InvalidParameter, match="empty"):
+        small.add_request([], SamplingParams())
+    assert not small.has_work
+
+
+def test_kv_memory_is_sized_from_the_budget(model: GPT) -> None:
+    sized = Engine(model, TOK, EngineConfig(block_size=16, cpu_kv_gib=1 / 1024))
+    per_block = 2 * model.config.n_layer * 16 * model.config.d_model * 4
+    assert sized.pool.num_blocks == 2**20 // per_block
+    runner = sized.runner
+    assert isinstance(runner, PagedGPT)
+    assert runner.k.shape[:3] == (2, sized.pool.num_blocks + 1, 16)
