@@ -499,13 +499,17 @@ def current(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def same_sitting(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Kubeflow's measurements taken in the sitting of Crucible's newest (all of them when
-    the newest has no sitting recorded: measured before sittings were)."""
+    """Kubeflow's measurements taken, size by size, in the sitting of Crucible's newest at
+    that size (all of a size when its newest has no sitting recorded: measured before
+    sittings were). Per size, because one operator version's sizes may be measured in
+    different sittings (a session can end before its largest size)."""
     newest = current(results[CRUCIBLE])
-    sitting = newest[-1].get("sitting") if newest else None
-    if sitting is None:
-        return results[KUBEFLOW]
-    return [r for r in results[KUBEFLOW] if r.get("sitting") == sitting]
+    sitting_of = {r["jobs"]: r.get("sitting") for r in newest}
+    return [
+        r
+        for r in results[KUBEFLOW]
+        if sitting_of.get(r["jobs"]) is None or r.get("sitting") == sitting_of[r["jobs"]]
+    ]
 
 
 def rewrite() -> None:
