@@ -3,69 +3,22 @@ checkpoint written as a Hugging Face directory that loads back as `model: {hf: {
 answers with the same tokens, registered as a model artifact derived from the checkpoint;
 and the refusals (a directory in use, a checkpoint that does not exist)."""
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 
 from crucible.artifacts.digest import content_of
-from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.sdk.checkpoint import CheckpointStore
 from crucible.workloads.jobs.checkpoints import model_spec_of
 from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.records import write_jsonl
 from crucible.workloads.rollout import greedy_completions
-from crucible.workloads.tasks.arithmetic import solve
 from crucible.workloads.train import model_only
-from tests.conftest import ADMIN_TOKEN
+from tests.cli.trained import PROMPTS, Trained, trained
 from tests.servers import crucible
 from tests.workloads.test_jobs import Platform, platform, server
 
-__all__ = ["platform", "server"]  # the fixtures, imported for this module
-
-PROMPTS = [f"{a}+{b}=" for a in range(10) for b in range(10)]
-
-
-@dataclass(frozen=True)
-class Trained:
-    checkpoint_id: int
-    env: dict[str, str]
-
-
-@pytest.fixture(scope="module")
-def trained(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    path = tmp_path_factory.mktemp("data") / "sft.jsonl"
-    write_jsonl(path, [{"prompt": p, "completion": solve(p)} for p in PROMPTS])
-    platform.api.register_dataset_version(
-        DatasetVersionCreate.model_validate(
-            {
-                "project": "default",
-                "name": "export-sft",
-                "uri": path.as_uri(),
-                "digest": content_of(path).digest,
-                "record_count": len(PROMPTS),
-            }
-        )
-    )
-    train = {"steps": 6, "batch_size": 16, "warmup_steps": 1, "lr": 3e-3}
-    run_id = platform.submit(
-        "train",
-        config={
-            "model": {"preset": "tiny"},
-            "task": {"digits": 1, "operators": ["+"]},
-            "train": train,
-        },
-        inputs=[{"dataset": "export-sft@1"}],
-    )
-    platform.start("train", run_id, datasets=["export-sft@1"], label="sft").ok()
-    env = platform.server.env | {
-        "CRUCIBLE_API_URL": platform.server.url,
-        "CRUCIBLE_TOKEN": ADMIN_TOKEN,
-        "CRUCIBLE_HOME": str(platform.home),
-    }
-    return Trained(platform.checkpoints(run_id)[-1].id, env)
+__all__ = ["platform", "server", "trained"]  # the fixtures, imported for this module
 
 
 def original_model(platform: Platform, checkpoint_id: int) -> tuple[Any, Any]:

@@ -1,6 +1,6 @@
 """The generated CustomResourceDefinitions: committed files up to date, schemas structural,
 defaults valid, every field described, and CEL rules saying what the pydantic validators say.
-(The API server's own verdict on the same CRDs is in tests/operator/test_crds_on_the_api_server.py.)"""
+(The API server's own verdict on the same CRDs: tests/operator/test_crds_on_the_api_server.py.)"""
 
 from __future__ import annotations
 

@@ -49,6 +49,8 @@ SFT_CONFIG = {
 }
 CHECKPOINT_EVERY = 20
 PROMPTS, SAMPLES = 16, 4
+WAVE = 4
+"""Prompts a rollout samples together: the 16 prompts are 4 waves, one per replica of 4."""
 KINDS = {"train": "TrainingRun", "rollout": "RolloutJob", "eval": "EvalJob"}
 
 
@@ -63,7 +65,12 @@ class Job:
     """One workload process; a thread collects its output so the pipe never fills."""
 
     def __init__(
-        self, module: str, env: dict[str, str], label: str, cwd: Path | None = None
+        self,
+        module: str,
+        env: dict[str, str],
+        label: str,
+        cwd: Path | None = None,
+        replicas: int = 1,
     ) -> None:
         self.module = module
         self.label = label
@@ -71,8 +78,16 @@ class Job:
         self._changed = threading.Condition()
         self.started = time.monotonic()
         self.ended: float | None = None
+        command = [sys.executable, "-m", f"crucible.workloads.jobs.{module}"]
+        if replicas > 1:  # as the local executor starts them
+            command[1:1] = [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={replicas}",
+            ]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", f"crucible.workloads.jobs.{module}"],
+            command,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -102,6 +117,10 @@ class Job:
                 if left <= 0 or not self._reader.is_alive():
                     pytest.fail(f"no line matching {pattern!r}:\n{''.join(self.lines)}")
                 self._changed.wait(min(left, 0.5))
+
+    def output_so_far(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
 
     def result(self, timeout: float = 300) -> Finished:
         if self._finished is None:
@@ -156,6 +175,7 @@ class Platform:
         resume_from: int | None = None,
         label: str = "",
         cwd: Path | None = None,
+        replicas: int = 1,
     ) -> Job:
         spec = self.api.get_run(run_id).manifest["spec"]  # as stored: defaults filled in
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
@@ -174,7 +194,7 @@ class Platform:
         }
         if resume_from is not None:
             env["CRUCIBLE_RESUME_FROM"] = str(resume_from)
-        job = Job(module, env, label or module, cwd)
+        job = Job(module, env, label or module, cwd, replicas)
         self.jobs.append(job)
         return job
 
@@ -391,7 +411,7 @@ def stage3(platform: Platform, stage2: Stage2) -> Stage3:
         samplesPerPrompt=SAMPLES,
         sampling={"temperature": 1.0, "maxNewTokens": 4},
         output="arith-rollouts",
-        config={"rollout": {"num_prompts": PROMPTS}},
+        config={"rollout": {"num_prompts": PROMPTS, "batch_size": WAVE}},
     )
     return Stage3(
         final_checkpoint=final,
@@ -421,6 +441,110 @@ def test_rollout_publishes_scored_trajectories(platform: Platform, stage3: Stage
     assert sorted(groups) == list(range(PROMPTS))
     assert all(len(g) == SAMPLES for g in groups.values())
     assert "rollout/mean_reward" in platform.metric_keys(stage3.rollout_run)
+
+
+def submit_rollout(platform: Platform, checkpoint_id: int, *, replicas: int, output: str) -> int:
+    """stage 3's rollout of the SFT checkpoint, on `replicas` replicas."""
+    return platform.submit(
+        "rollout",
+        policy={"checkpoint": {"id": checkpoint_id}},
+        prompts={"dataset": "arith-sft@1"},
+        reward={"name": "exact_match"},
+        samplesPerPrompt=SAMPLES,
+        sampling={"temperature": 1.0, "maxNewTokens": 4},
+        output=output,
+        replicas=replicas,
+        config={"rollout": {"num_prompts": PROMPTS, "batch_size": WAVE}},
+    )
+
+
+def test_four_replicas_publish_the_dataset_one_replica_does(
+    platform: Platform, stage3: Stage3
+) -> None:
+    stage3.rollout.ok()
+    one = platform.api.resolve_dataset("default", "arith-rollouts@1")
+    run_id = submit_rollout(
+        platform, stage3.final_checkpoint.id, replicas=4, output="arith-rollouts-x4"
+    )
+    job = platform.start(
+        "rollout",
+        run_id,
+        datasets=["arith-sft@1"],
+        checkpoint=stage3.final_checkpoint.id,
+        replicas=4,
+        label="rollout x4",
+    )
+    output = job.ok().output
+    four = platform.api.resolve_dataset("default", "arith-rollouts-x4@1")
+    assert four.digest == one.digest
+    assert four.record_count == PROMPTS * SAMPLES
+    # Each replica sampled its own share of the 16 prompts.
+    assert sorted(re.findall(r"share (\d) of 4: prompts (\d+)-(\d+)", output)) == [
+        ("0", "0", "4"),
+        ("1", "4", "8"),
+        ("2", "8", "12"),
+        ("3", "12", "16"),
+    ]
+
+
+def test_a_replica_lost_mid_job_costs_only_its_share(platform: Platform, stage3: Stage3) -> None:
+    stage3.rollout.ok()
+    checkpoint = stage3.final_checkpoint.id
+    run_id = submit_rollout(platform, checkpoint, replicas=4, output="arith-rollouts-lost")
+    first = platform.start(
+        "rollout", run_id, datasets=["arith-sft@1"], checkpoint=checkpoint, replicas=4
+    )
+    # The fault: replica 3 stops (a node gone silent) before it can write its share, the
+    # others write theirs, then replica 3 is killed (the node is lost): torchrun ends them all.
+    lost = replica_process(first.process.pid, rank=3)
+    os.kill(lost, signal.SIGSTOP)
+    shares = platform.home / "runs" / str(run_id) / "outputs" / "arith-rollouts-lost.shards"
+    assert not (shares / "shard-00003-of-00004.jsonl").exists(), "the fault came too late"
+    deadline = time.monotonic() + 240
+    while len(list(shares.glob("shard-*.jsonl"))) < 3:
+        assert time.monotonic() < deadline, first.output_so_far()
+        time.sleep(0.5)
+    os.kill(lost, signal.SIGKILL)
+    assert first.result().returncode != 0
+    assert sorted(p.name for p in shares.glob("shard-*.jsonl")) == [
+        f"shard-0000{r}-of-00004.jsonl" for r in range(3)
+    ]
+
+    second = platform.start(
+        "rollout",
+        run_id,
+        datasets=["arith-sft@1"],
+        checkpoint=checkpoint,
+        replicas=4,
+        attempt=2,
+        label="rollout retry",
+    ).ok()
+    assert sorted(re.findall(r"share (\d) of 4: written by an earlier attempt", second.output)) == [
+        "0",
+        "1",
+        "2",
+    ]
+    assert re.findall(r"share (\d) of 4: prompts", second.output) == ["3"]
+    retried = platform.api.resolve_dataset("default", "arith-rollouts-lost@1")
+    assert retried.digest == platform.api.resolve_dataset("default", "arith-rollouts@1").digest
+
+
+def replica_process(launcher: int, *, rank: int, timeout: float = 60) -> int:
+    """The pid of replica `rank` among the children of torchrun's process `launcher`, found
+    as soon as it starts (it imports torch for seconds before it does any work)."""
+    wanted = f"RANK={rank}".encode()
+    children = Path(f"/proc/{launcher}/task/{launcher}/children")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in children.read_text().split():
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue  # already gone
+            if wanted in environ:
+                return int(pid)
+        time.sleep(0.02)
+    pytest.fail(f"no replica {rank} under torchrun's process {launcher} within {timeout} s")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 """Rollouts: K scored samples per prompt, reproducible from the seed, written as JSONL."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from crucible.workloads.model import build_model
 from crucible.workloads.records import read_jsonl
 from crucible.workloads.rollout import (
     ModelTeacher,
+    generate,
     greedy_completions,
     per_sample,
     rollout,
@@ -27,13 +30,9 @@ def _model() -> torch.nn.Module:
     return build_model(model_preset("tiny"))
 
 
-# static: the GPU path (a static KV cache; on CUDA its step replays as a graph), here on CPU.
-@pytest.mark.parametrize("static", [False, True])
-def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path, static) -> None:
+def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path) -> None:
     config = RolloutConfig(samples_per_prompt=4, batch_size=2, max_new_tokens=3, seed=1)
-    trajectories = rollout(
-        _model(), TOK, PROMPTS, per_sample(exact_match_reward), config, static=static
-    )
+    trajectories = rollout(_model(), TOK, PROMPTS, per_sample(exact_match_reward), config)
     assert [t.prompt for t in trajectories] == [p for p in PROMPTS for _ in range(4)]
     assert [t.group for t in trajectories] == [g for g in range(3) for _ in range(4)]
     for t in trajectories:
@@ -51,26 +50,37 @@ def test_k_samples_per_prompt_with_rewards_and_logprobs(tmp_path, static) -> Non
     assert set(records[0]) >= {"prompt", "completion", "reward", "logprobs", "logprob"}
 
 
-@pytest.mark.parametrize("static", [False, True])
-def test_same_seed_same_rollout(static) -> None:
+def test_same_seed_same_rollout_whatever_the_other_prompts() -> None:
     config = RolloutConfig(samples_per_prompt=3, max_new_tokens=3, seed=7)
     model = _model()
-    first = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=static)
-    again = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=static)
+    first = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config)
+    again = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config)
     assert [t.completion_tokens for t in first] == [t.completion_tokens for t in again]
+    # The last prompt alone, in a batch of one: the same three samples.
+    alone = rollout(model, TOK, PROMPTS[-1:], per_sample(exact_match_reward), config)
+    assert [t.completion_tokens for t in alone] == [t.completion_tokens for t in first[-3:]]
+    other = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), replace(config, seed=8))
+    assert [t.completion_tokens for t in other] != [t.completion_tokens for t in first]
 
 
-def test_static_and_dynamic_paths_agree_when_greedy() -> None:
+def test_greedy_rollout_equals_the_reference_generation() -> None:
     config = RolloutConfig(
         temperature=0.0, samples_per_prompt=2, batch_size=2, max_new_tokens=5, seed=3
     )
     model = _model()
-    dynamic = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=False)
-    static = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config, static=True)
-    assert [t.completion_tokens for t in static] == [t.completion_tokens for t in dynamic]
-    assert [t.group for t in static] == [t.group for t in dynamic]
-    for a, b in zip(static, dynamic, strict=True):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    engine = rollout(model, TOK, PROMPTS, per_sample(exact_match_reward), config)
+    reference = generate(
+        model,
+        [TOK.encode(p, bos=True) for p in PROMPTS for _ in range(2)],
+        max_new_tokens=5,
+        eos_id=TOK.EOS,
+        pad_id=TOK.PAD,
+        use_cache=False,
+    )
+    assert [t.completion_tokens for t in engine] == reference.tokens
+    assert [t.group for t in engine] == [0, 0, 1, 1, 2, 2]
+    for trajectory, logprobs in zip(engine, reference.logprobs, strict=True):
+        assert trajectory.logprobs == pytest.approx(logprobs, abs=1e-4)
 
 
 def test_top_p_keeps_only_the_nucleus() -> None:

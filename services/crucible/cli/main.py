@@ -14,6 +14,7 @@ from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import datasets_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
+from crucible.cli.serving import serve_checkpoint
 from crucible.cli.tokenizers import tokenizers_app
 from crucible.client import ApiError, CrucibleClient, provenance
 from crucible.client.reproduce import reproduction, reproduction_name
@@ -44,6 +45,7 @@ app.add_typer(checkpoints_app, name="checkpoints")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(tokenizers_app, name="tokenizers")
 app.add_typer(artifacts_app, name="artifacts")
+app.command("serve")(friendly_errors(serve_checkpoint))
 
 
 @app.command()

@@ -418,7 +418,9 @@ class CheckpointStore:
         with `checkpoint_id`, which must exist).
         """
         outcome = _Outcome(None)
-        if distributed.rank() == 0:
+        # Rank 0 checks and the others hear its answer; a process outside any group (one of
+        # several independent replicas) checks for itself.
+        if not distributed.is_distributed() or distributed.rank() == 0:
             try:
                 if checkpoint_id is not None:
                     checkpoint: CheckpointPublic | None = self._client.get_checkpoint(checkpoint_id)

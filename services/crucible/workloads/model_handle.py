@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from crucible.workloads.data import Example, collate
 from crucible.workloads.hf_model import LanguageModel
-from crucible.workloads.rollout import generate
 from crucible.workloads.tokenizer import Tokenizer
 
 
@@ -71,22 +70,14 @@ class ModelHandle:
                 f"prompt {longest} is {len(encoded[longest])} tokens, the model's context "
                 f"is {self.model.max_seq_len}: no room to generate"
             )
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        completions: list[str] = []
-        with _eval_mode(self.model):
-            for start in range(0, len(encoded), self.batch_size):
-                generation = generate(
-                    self.model,
-                    encoded[start : start + self.batch_size],
-                    max_new_tokens=min(max_new_tokens, room),
-                    eos_id=self.tokenizer.EOS,
-                    pad_id=self.tokenizer.PAD,
-                    temperature=temperature,
-                    top_p=top_p,
-                    generator=generator,
-                )
-                completions.extend(self.tokenizer.decode(t) for t in generation.tokens)
-        return completions
+        from crucible.engine.batch import complete
+        from crucible.engine.params import SamplingParams
+
+        params = SamplingParams(
+            max_tokens=min(max_new_tokens, room), temperature=temperature, top_p=top_p, seed=seed
+        )
+        outputs = complete(self.model, self.tokenizer, encoded, params, max_running=self.batch_size)
+        return [o.completions[0].text for o in outputs]
 
     @torch.no_grad()
     def logprob(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:

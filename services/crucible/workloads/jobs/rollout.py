@@ -12,6 +12,11 @@ one of:
 A record is a "prompt" or a chat ("messages", rendered with the model's chat template:
 `prompts.py`). A RolloutJob whose policy is a teacher is data generation: it runs
 `crucible.workloads.jobs.datagen`.
+
+With `spec.replicas` > 1 (one process each, under torchrun) every replica samples its own
+contiguous share of the prompts, in whole waves of `config.rollout.batch_size`, and rank 0
+merges the shares (`shards.py`): the dataset is the same for any replica count, and a retry
+makes only the shares a lost replica left missing.
 """
 
 import logging
@@ -39,6 +44,7 @@ from crucible.workloads.jobs.plugins import (
 from crucible.workloads.jobs.process import run_job, setup_torch
 from crucible.workloads.jobs.prompts import build_prompts, record_problem
 from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
+from crucible.workloads.jobs.shards import Shards
 
 if TYPE_CHECKING:
     from crucible.schemas.lineage import CheckpointPublic
@@ -165,11 +171,12 @@ def rollout_job() -> None:
     import torch
 
     import crucible
-    from crucible.workloads.rollout import rollout, write_trajectories
+    from crucible.workloads.records import read_jsonl
+    from crucible.workloads.rollout import rollout
 
+    # No process group: the replicas share nothing but storage, so one stopped replica
+    # holds up no other (each reads and checks the checkpoint itself).
     torch_setup = setup_torch(distributed=False)
-    if torch_setup.rank != 0:
-        return  # one process does the work
     run = crucible.init()
     model, tokenizer, record = load_model(
         run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
@@ -185,19 +192,31 @@ def rollout_job() -> None:
             config.max_new_tokens, model.max_seq_len, [len(p.tokens) for p in prompts]
         ),
     )
-
-    trajectories = rollout(
-        model,
-        tokenizer,
-        [p.text for p in prompts],
-        scoring.score if isinstance(scoring, CheckedEnvironment) else scorer(scoring),
-        config,
-        metadata=[p.metadata for p in prompts],
-        prompt_tokens=[p.tokens for p in prompts],
-    )
+    shards = Shards(run.outputs_dir / f"{name}.shards", torch_setup.world_size)
+    rank = torch_setup.rank
+    span = shards.span(rank, len(prompts), config.batch_size)
+    if shards.written(rank):
+        log.info("share %d of %d: written by an earlier attempt", rank, shards.replicas)
+    else:
+        mine = [prompts[i] for i in span]
+        trajectories = rollout(
+            model,
+            tokenizer,
+            [p.text for p in mine],
+            scoring.score if isinstance(scoring, CheckedEnvironment) else scorer(scoring),
+            config,
+            metadata=[p.metadata for p in mine],
+            prompt_tokens=[p.tokens for p in mine],
+        )
+        shards.write(rank, ({**t.to_record(), "group": t.group + span.start} for t in trajectories))
+        log.info("share %d of %d: prompts %d-%d", rank, shards.replicas, span.start, span.stop)
+    if rank != 0:
+        run.finish()
+        return
+    shards.wait_for_all()
     path = output_path(run, name)
-    count = write_atomically(path, lambda p: write_trajectories(p, trajectories))
-    rewards = [t.reward for t in trajectories]
+    count = write_atomically(path, shards.merge)
+    rewards = [float(r["reward"]) for r in read_jsonl(path)]
     source = "environment" if isinstance(scoring, CheckedEnvironment) else "reward"
     schema = {
         **TRAJECTORY_SCHEMA,
