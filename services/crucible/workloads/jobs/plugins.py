@@ -60,7 +60,10 @@ EVAL_SUITE = Kind(
 TEACHER = Kind(
     "teacher",
     ("prompts",),
-    {"arithmetic-solver": "crucible.workloads.jobs.builtins:arithmetic_solver"},
+    {
+        "arithmetic-solver": "crucible.workloads.jobs.builtins:arithmetic_solver",
+        "openai-endpoint": "crucible.workloads.jobs.builtins:openai_endpoint",
+    },
 )
 ENVIRONMENT = Kind(
     "environment", (), {"arithmetic": "crucible.workloads.jobs.builtins:arithmetic_environment"}
