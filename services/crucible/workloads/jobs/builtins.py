@@ -6,13 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from crucible.workloads.config import TaskConfig
 from crucible.workloads.environments import ArithmeticEnvironment
-from crucible.workloads.jobs.config import (
-    SECTIONS,
-    ConfigError,
-    build_task,
-    given_fields,
-    validated,
-)
+from crucible.workloads.jobs.config import SECTIONS, build_task, given_fields, validated
 from crucible.workloads.tasks.arithmetic import SolverTeacher, solve
 
 if TYPE_CHECKING:  # torch is imported by the job once the config is known to be good
@@ -65,34 +59,6 @@ def arithmetic(model: "ModelHandle") -> dict[str, float]:
 def arithmetic_solver(prompts: Sequence[str]) -> list[str]:
     """The programmatic teacher: the exact answer to each arithmetic prompt."""
     return SolverTeacher().complete(prompts)
-
-
-def openai_endpoint(
-    prompts: Sequence[str],
-    *,
-    url: str,
-    model: str,
-    max_tokens: int = 64,
-    temperature: float = 0.0,
-    api_key_env: str | None = None,
-    batch_size: int = 32,
-) -> list[str]:
-    """A teacher served behind an OpenAI-compatible endpoint (`crucible serve`, vLLM, ...):
-    each prompt's completion from `{url}/completions` (`endpoint_teacher.py`)."""
-    from crucible.workloads.endpoint_teacher import EndpointRefused, endpoint_completions
-
-    try:
-        return endpoint_completions(
-            prompts,
-            url=url,
-            model=model,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            api_key_env=api_key_env,
-            batch_size=batch_size,
-        )
-    except EndpointRefused as exc:  # the spec's fault; an endpoint that is down is not
-        raise ConfigError(f"teacher openai-endpoint: {exc}") from None
 
 
 def arithmetic_environment(

@@ -62,7 +62,7 @@ TEACHER = Kind(
     ("prompts",),
     {
         "arithmetic-solver": "crucible.workloads.jobs.builtins:arithmetic_solver",
-        "openai-endpoint": "crucible.workloads.jobs.builtins:openai_endpoint",
+        "openai-endpoint": "crucible.workloads.jobs.endpoint_teacher:openai_endpoint",
     },
 )
 ENVIRONMENT = Kind(

@@ -1,10 +1,12 @@
-"""A teacher behind an OpenAI-compatible endpoint: `crucible serve` of a stronger checkpoint,
-or any server speaking `/v1/completions` (vLLM, SGLang, a hosted API), named by URL.
+"""The `openai-endpoint` teacher: a model behind an OpenAI-compatible endpoint, `crucible
+serve` of a stronger checkpoint or any server speaking `/v1/completions` (vLLM, SGLang, a
+hosted API), named by URL.
 
 The prompts go in batches, each one `POST {url}/completions` with a list of prompts; the
 answers come back in prompt order. A connection that fails is tried again a few times (a
 server that restarts or rolls to a newer checkpoint drops a request or two); an answer of 4xx
-is the request's fault and ends the job with the server's own message.
+is the spec's fault (a model the endpoint does not serve, a wrong key) and ends the job as a
+bad config, with the server's own message.
 """
 
 import os
@@ -14,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from crucible.workloads.jobs.config import ConfigError
+
 ATTEMPTS = 4
 """Tries per batch when the connection fails or the server answers 5xx."""
 
@@ -22,12 +26,12 @@ class EndpointError(Exception):
     """The endpoint could not be reached, or kept failing."""
 
 
-class EndpointRefused(EndpointError):
+class EndpointRefused(ConfigError):
     """The endpoint answered 4xx: the request is wrong (a model it does not serve, a bad
     key, a prompt too long), and trying again would not help."""
 
 
-def endpoint_completions(
+def openai_endpoint(
     prompts: Sequence[str],
     *,
     url: str,
@@ -45,7 +49,9 @@ def endpoint_completions(
     if api_key_env is not None:
         key = os.environ.get(api_key_env)
         if not key:
-            raise EndpointRefused(f"api_key_env names {api_key_env}, which is not set")
+            raise EndpointRefused(
+                f"teacher openai-endpoint: api_key_env names {api_key_env}, which is not set"
+            )
         headers["Authorization"] = f"Bearer {key}"
     answers: list[str] = []
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout) as client:
@@ -78,8 +84,8 @@ def _post(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
             if answer.status_code < 500:
                 if answer.is_error:
                     raise EndpointRefused(
-                        f"{client.base_url}/completions answered {answer.status_code}: "
-                        f"{answer.text[:500]}"
+                        f"teacher openai-endpoint: {client.base_url}/completions answered "
+                        f"{answer.status_code}: {answer.text[:500]}"
                     )
                 return answer.json()  # type: ignore[no-any-return]
             if last:
