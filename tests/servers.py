@@ -4,11 +4,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -39,6 +41,27 @@ def crucible(
         timeout=timeout,
         check=False,
     )
+
+
+@contextmanager
+def app_in_thread(app: Any, startup_seconds: float = 60) -> Iterator[str]:
+    """An ASGI `app` under uvicorn on a free 127.0.0.1 port, in a thread of this process;
+    yields its base URL and shuts it down (its lifespan's shutdown too) after."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_seconds
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
 
 def free_port() -> int:

@@ -5,9 +5,10 @@
 Both generate exactly `--new-tokens` tokens after `--prompt-len`-token prompts (EOS off),
 at temperature 1 without top-p, from the same bf16 model with random weights; the two
 alternate call by call (static, engine, engine, static, ...), each call on prompts of its
-own (the engine would otherwise find the last call's prompt blocks in its cache). The engine is built once per
-batch size, sized for that batch, as `crucible.engine.batch` sizes it; its first call and
-the static generator's (which captures its CUDA graph) are warm-ups, timed apart.
+own (the engine would otherwise find the last call's prompt blocks in its cache). The
+engine is built once per batch size, sized for that batch, as `crucible.engine.batch`
+sizes it; its first call and the static generator's (which captures its CUDA graph) are
+warm-ups, timed apart.
 
 Each figure is also given as a fraction of the memory-bandwidth roofline: per decode step the
 weights and every row's KV cache so far must be read once, at the device-to-device copy

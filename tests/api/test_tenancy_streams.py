@@ -6,32 +6,21 @@ in-process transport would wait for the end of the body).
 """
 
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import bearer, make_project, make_token, training_run
-from tests.servers import free_port
+from tests.servers import app_in_thread
 
 
 @pytest.fixture
 def served(app: FastAPI) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    with app_in_thread(app) as url:
+        yield url
 
 
 def run_in(admin: TestClient, project: str, name: str) -> dict[str, int]:

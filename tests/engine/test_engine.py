@@ -2,12 +2,14 @@
 batching, the block size, the prefix sharing or the preemptions."""
 
 import pytest
+import torch
 
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.paged_gpt import PagedGPT
 from crucible.engine.params import InvalidParameter, SamplingParams
 from crucible.engine.sequence import FinishReason
+from crucible.workloads.config import model_preset
 from crucible.workloads.model import GPT
 from crucible.workloads.rollout import generate
 from crucible.workloads.tokenizer import ByteTokenizer
@@ -16,6 +18,9 @@ TOK = ByteTokenizer()
 PROMPTS = ["1+2=", "37+58=", "9*9=", "123-4=", "7=", "a much longer prompt of text"]
 NEVER = 10**6
 """An EOS id no model produces: completions run to max_tokens."""
+
+VOCAB = model_preset("tiny").vocab_size
+"""The model's embedding rows (the conftest's model), more than the tokenizer's ids."""
 
 
 def encoded(prompts: list[str] = PROMPTS) -> list[list[int]]:
@@ -248,6 +253,21 @@ def test_requests_that_cannot_fit_are_refused(model: GPT) -> None:
     with pytest.raises(InvalidParameter, match="empty"):
         small.add_request([], SamplingParams())
     assert not small.has_work
+    # What fits is the smaller of the context (64) and the pool (8 blocks of 4).
+    assert small.max_sequence_tokens == 32
+    assert engine(model).max_sequence_tokens == 64
+
+
+@pytest.mark.parametrize("bad", [VOCAB, 10**6, -1])
+def test_a_prompt_id_outside_the_vocabulary_is_refused(model: GPT, bad: int) -> None:
+    refusing = engine(model)
+    with pytest.raises(InvalidParameter, match=f"token id {bad} .*vocabulary of {VOCAB} ") as error:
+        refusing.add_request([TOK.BOS, 65, bad, 66], GREEDY)
+    assert error.value.field == "prompt"
+    assert not refusing.has_work
+    # The engine serves on, the vocabulary's last id included.
+    (output,) = refusing.generate([[TOK.BOS, 65, VOCAB - 1]], GREEDY)
+    assert len(output.completions[0].tokens) == GREEDY.max_tokens
 
 
 def test_kv_memory_is_sized_from_the_budget(model: GPT) -> None:
@@ -257,3 +277,13 @@ def test_kv_memory_is_sized_from_the_budget(model: GPT) -> None:
     runner = sized.runner
     assert isinstance(runner, PagedGPT)
     assert runner.k.shape[:3] == (2, sized.pool.num_blocks + 1, 16)
+
+
+def test_a_model_put_back_in_training_mode_samples_without_dropout(model: GPT) -> None:
+    shared = engine(model)
+    expected = shared.generate(encoded()[:2], GREEDY)
+    model.train()
+    for block in model.blocks:
+        block.attn.proj = torch.nn.Sequential(block.attn.proj, torch.nn.Dropout(0.5))
+    again = shared.generate(encoded()[:2], GREEDY)
+    assert [o.completions[0].tokens for o in again] == [o.completions[0].tokens for o in expected]

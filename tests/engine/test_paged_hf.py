@@ -69,7 +69,7 @@ def test_greedy_completions_are_those_of_generate(name: str) -> None:
     engine = Engine(model, TOK, EngineConfig(block_size=BLOCK, num_blocks=64))
     assert_same(engine.generate(PROMPTS, GREEDY), expected)
     # The model attends as before for the trainer and the generators.
-    assert model.inner.config._attn_implementation == "sdpa"
+    assert model.hf_config._attn_implementation == "sdpa"
     assert reference(model, PROMPTS).tokens == expected.tokens
 
 

@@ -21,7 +21,6 @@ import httpx
 import openai
 import pytest
 import torch
-import uvicorn
 from fastapi.testclient import TestClient
 
 from crucible.engine.async_engine import AsyncEngine
@@ -32,12 +31,14 @@ from crucible.workloads.chat import encode_chat_prompt
 from crucible.workloads.config import model_preset
 from crucible.workloads.model import build_model
 from crucible.workloads.tokenizer import ByteTokenizer
-from tests.servers import free_port
+from tests.servers import app_in_thread
 
 TOK = ByteTokenizer()
 MODEL = "tiny-test"
 KEY = "sk-test-key"
 CONTEXT = model_preset("tiny").max_seq_len
+VOCAB = model_preset("tiny").vocab_size
+"""The model's embedding rows: ids from here on are not tokens."""
 FIXED_LENGTH = {"ignore_eos": True}
 """vLLM's extension: no early EOS, so a completion is exactly max_tokens long."""
 
@@ -69,19 +70,8 @@ def _serve(config: EngineConfig, *, seconds_per_forward: float = 0.0) -> Iterato
         model.lm_head.register_forward_hook(lambda *_: time.sleep(seconds_per_forward))
     engine = AsyncEngine(Engine(model, TOK, config))
     app = create_engine_app(engine, model_name=MODEL, tokenizer=TOK, api_keys=["other", KEY])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield Served(f"http://127.0.0.1:{port}", engine)
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with app_in_thread(app) as url:
+        yield Served(url, engine)
     assert not engine.healthy, "shutting the app down did not stop the engine"
 
 
@@ -330,7 +320,8 @@ def test_the_app_refuses_to_exist_without_keys(served: Served) -> None:
         ({"prompt": "x" * 40, "max_tokens": CONTEXT - 20}, "max_tokens"),
         ({"logprobs": 6}, "logprobs"),
         ({"extra_body": {"top_k": -2}}, "top_k"),
-        ({"prompt": [TOK.vocab_size]}, "prompt"),
+        ({"prompt": [VOCAB]}, "prompt"),
+        ({"prompt": [TOK.BOS, -1]}, "prompt"),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"max_tokens": "many"}, "max_tokens"),
     ],
@@ -366,6 +357,23 @@ def test_bad_chat_fields_are_a_400_naming_the_field(
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_id_outside_the_vocabulary_is_refused_and_the_engine_serves_on(
+    served: Served, stream: bool
+) -> None:
+    client = served.client()
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt=[TOK.BOS, 10**6], max_tokens=4, stream=stream)
+    assert caught.value.param == "prompt"
+    assert f"token id {10**6} " in caught.value.message
+    assert f"vocabulary of {VOCAB} " in caught.value.message
+    assert httpx.get(f"{served.url}/health").status_code == 200
+    response = client.completions.create(
+        model=MODEL, prompt=[TOK.BOS, VOCAB - 1], max_tokens=4, extra_body=FIXED_LENGTH
+    )
+    assert response.usage is not None and response.usage.completion_tokens == 4
 
 
 def test_an_unknown_model_is_a_404(served: Served) -> None:

@@ -2,15 +2,12 @@
 OpenAI-compatible endpoint, named by URL; the datagen job publishes what that endpoint
 answers, and a request the endpoint refuses ends the job with its message."""
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 import torch
-import uvicorn
 
 from crucible.engine.async_engine import AsyncEngine
 from crucible.engine.config import EngineConfig
@@ -20,7 +17,7 @@ from crucible.workloads.config import model_preset
 from crucible.workloads.model import build_model
 from crucible.workloads.records import read_jsonl
 from crucible.workloads.tokenizer import ByteTokenizer
-from tests.servers import free_port
+from tests.servers import app_in_thread
 from tests.workloads.test_jobs import TASK, Platform, platform, server
 
 __all__ = ["platform", "server"]  # the fixtures, imported for this module
@@ -37,17 +34,8 @@ def teacher_url() -> Iterator[str]:
         Engine(build_model(model_preset("tiny")), ByteTokenizer(), EngineConfig(block_size=4))
     )
     app = create_engine_app(engine, model_name="teacher", tokenizer=ByteTokenizer(), api_keys=[KEY])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the teacher's server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(10)
+    with app_in_thread(app) as url:
+        yield f"{url}/v1"
 
 
 def datagen(platform: Platform, teacher_url: str, model: str, output: str) -> int:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from crucible.engine.engine import Engine, EngineStats
@@ -75,16 +75,25 @@ class AsyncEngine:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
-    def check(self, prompt_tokens: int, params: SamplingParams) -> None:
-        """Raise `InvalidParameter` now for a request the engine would refuse."""
-        self.engine.check(prompt_tokens, params)
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The most tokens, prompt plus completion, one request's sequences may have."""
+        return self.engine.max_sequence_tokens
 
-    async def generate(self, prompt: Sequence[int], params: SamplingParams) -> AsyncIterator[Delta]:
+    def check(self, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Raise `InvalidParameter` now for a request the engine would refuse."""
+        self.engine.check(prompt, params)
+
+    async def generate(
+        self, prompt: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[Delta, None]:
         """The request's tokens as they come, every completion interleaved, until all
-        `params.n` have finished."""
+        `params.n` have finished. Closing the generator before the end (`aclose`, or a
+        cancelled task iterating it) aborts the request."""
         if not self.healthy:
             raise EngineStopped("the engine is not running") from self._failure
-        self.check(len(prompt), params)
+        # Here, not in the engine thread, where a refusal would stop the engine.
+        self.check(prompt, params)
         self._counter += 1
         request_id = f"req-{self._counter}"
         deltas: asyncio.Queue[Delta | BaseException | None] = asyncio.Queue()

@@ -110,7 +110,7 @@ class Engine:
     ) -> str:
         """Queue `params.n` completions of `prompt` (token ids); returns the request's id."""
         prompt = list(prompt)
-        self.check(len(prompt), params)
+        self.check(prompt, params)
         request_id = request_id or f"req-{next(self._ids)}"
         if request_id in self._requests:
             raise InvalidParameter("request_id", f"{request_id!r} is already running")
@@ -132,15 +132,25 @@ class Engine:
         self._requests[request_id] = request
         return request_id
 
-    def check(self, prompt_tokens: int, params: SamplingParams) -> None:
-        """Refuse a request that could never run, naming the field at fault."""
-        if prompt_tokens < 1:
+    def check(self, prompt: Seq[int], params: SamplingParams) -> None:
+        """Refuse a request that could never run, naming the field at fault. Called before a
+        request reaches the engine's step: an id past the embedding would fail the step, and
+        with it every request in the batch."""
+        if not prompt:
             raise InvalidParameter("prompt", "is empty")
-        total = prompt_tokens + params.max_tokens
+        vocab = self.runner.vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            bad = next(token for token in prompt if not 0 <= token < vocab)
+            raise InvalidParameter(
+                "prompt",
+                f"token id {bad} is outside the model's vocabulary of {vocab} ids "
+                f"(0 to {vocab - 1})",
+            )
+        total = len(prompt) + params.max_tokens
         if total > self.max_seq_len:
             raise InvalidParameter(
                 "max_tokens",
-                f"the prompt's {prompt_tokens} tokens plus max_tokens={params.max_tokens} "
+                f"the prompt's {len(prompt)} tokens plus max_tokens={params.max_tokens} "
                 f"exceed the model's context of {self.max_seq_len} tokens",
             )
         needed = self.scheduler.blocks_for(total)
@@ -149,6 +159,12 @@ class Engine:
                 "max_tokens",
                 f"{total} tokens need {needed} KV blocks; the engine has {self.pool.num_blocks}",
             )
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The most tokens, prompt plus completion, one sequence may have: the model's
+        context, or the whole KV pool when that holds fewer."""
+        return min(self.max_seq_len, self.pool.num_blocks * self.pool.block_size)
 
     def abort(self, request_id: str) -> None:
         """Stop a request's sequences and free their blocks (a client went away)."""
@@ -192,6 +208,10 @@ class Engine:
 
     @torch.no_grad()
     def step(self) -> list[Progress]:
+        if self.model.training:
+            # The model may be shared with a trainer that switched it back between steps:
+            # dropout must not reach the samples.
+            self.model.eval()
         plan = self.scheduler.plan()
         self.counters.preemptions += len(plan.preempted)
         progress: list[Progress] = []

@@ -24,6 +24,7 @@ class PagedGPT:
         config = model.config
         self.model = model
         self.max_seq_len = config.max_seq_len
+        self.vocab_size = config.vocab_size
         self.device = model.wte.weight.device
         self.num_blocks = num_blocks
         self.block_size = block_size

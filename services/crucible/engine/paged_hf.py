@@ -50,6 +50,7 @@ class PagedHF:
         self.model = model
         self.inner: Any = model.inner
         self.max_seq_len = model.max_seq_len
+        self.vocab_size = model.vocab_size
         weight = next(model.parameters())
         self.device = weight.device
         self.num_blocks = num_blocks

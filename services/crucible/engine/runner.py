@@ -41,6 +41,9 @@ class ForwardBatch:
 
 class ModelRunner(Protocol):
     max_seq_len: int
+    vocab_size: int
+    """Rows of the model's embedding: a token id must be below it."""
+
     device: torch.device
 
     @property
