@@ -178,6 +178,8 @@ def rollout_job() -> None:
     # holds up no other (each reads and checks the checkpoint itself).
     torch_setup = setup_torch(distributed=False)
     run = crucible.init()
+    shards = Shards(run.outputs_dir / f"{name}.shards", torch_setup.world_size)
+    shards.mark_present(torch_setup.rank, run.attempt)
     model, tokenizer, record = load_model(
         run, checkpoint_id, device=torch_setup.device, fallback=env.config.model
     )
@@ -192,7 +194,6 @@ def rollout_job() -> None:
             config.max_new_tokens, model.max_seq_len, [len(p.tokens) for p in prompts]
         ),
     )
-    shards = Shards(run.outputs_dir / f"{name}.shards", torch_setup.world_size)
     rank = torch_setup.rank
     span = shards.span(rank, len(prompts), config.batch_size)
     if shards.written(rank):
@@ -213,7 +214,7 @@ def rollout_job() -> None:
     if rank != 0:
         run.finish()
         return
-    shards.wait_for_all()
+    shards.wait_for_all(run.attempt)
     path = output_path(run, name)
     count = write_atomically(path, shards.merge)
     rewards = [float(r["reward"]) for r in read_jsonl(path)]

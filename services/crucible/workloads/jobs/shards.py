@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.jobs.datasets import write_atomically
 from crucible.workloads.records import write_jsonl
 
@@ -25,6 +26,11 @@ log = logging.getLogger("crucible.workloads")
 
 POLL_SECONDS = 1.0
 """How often rank 0 looks for the other replicas' shares."""
+
+PRESENCE_SECONDS = 120.0
+"""How long rank 0 waits to see every replica's presence mark. torchrun starts the replicas
+together, so they mark within seconds of each other; a mark that never shows means the
+directory is not shared (each pod has a disk of its own)."""
 
 
 @dataclass(frozen=True)
@@ -50,15 +56,33 @@ class Shards:
         self.directory.mkdir(parents=True, exist_ok=True)
         return write_atomically(self.path(rank), lambda p: write_jsonl(p, records))
 
-    def wait_for_all(self) -> None:
-        """Return once every replica's share is written (a replica that fails ends the whole
-        job under torchrun, so this does not wait for a share that cannot come)."""
+    def mark_present(self, rank: int, attempt: int | None) -> None:
+        """Say replica `rank` of this attempt is here, before any work."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / f"present-{rank:05d}.attempt-{attempt}").touch()
+
+    def wait_for_all(self, attempt: int | None) -> None:
+        """Return once every replica's share is written. A replica that fails ends the whole
+        job under torchrun, so this waits only for shares that can come; but a replica
+        whose presence mark never shows here means the directory is not shared, and its
+        share could never be seen: a ConfigError after `PRESENCE_SECONDS`."""
+        started = time.monotonic()
         missing = [r for r in range(self.replicas) if not self.written(r)]
         if missing:
             log.info("waiting for the shares of replicas %s", missing)
         while missing:
+            unseen = [r for r in missing if not self._present(r, attempt)]
+            if unseen and time.monotonic() - started > PRESENCE_SECONDS:
+                raise ConfigError(
+                    f"spec.replicas is {self.replicas}, but replicas {unseen} never appeared "
+                    f"in {self.directory}: the replicas share no storage. Give the cluster a "
+                    "volume every pod mounts (the chart's storage.claim), or run one replica"
+                )
             time.sleep(POLL_SECONDS)
             missing = [r for r in missing if not self.written(r)]
+
+    def _present(self, rank: int, attempt: int | None) -> bool:
+        return (self.directory / f"present-{rank:05d}.attempt-{attempt}").exists()
 
     def merge(self, target: Path) -> int:
         """Every share, in rank order, into `target`; returns the record count."""
