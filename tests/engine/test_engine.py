@@ -287,3 +287,17 @@ def test_a_model_put_back_in_training_mode_samples_without_dropout(model: GPT) -
         block.attn.proj = torch.nn.Sequential(block.attn.proj, torch.nn.Dropout(0.5))
     again = shared.generate(encoded()[:2], GREEDY)
     assert [o.completions[0].tokens for o in again] == [o.completions[0].tokens for o in expected]
+
+
+def test_the_samples_of_many_prompts_start_within_two_steps(model: GPT) -> None:
+    # The first sample of every prompt computes its prompt in step 1; the other samples wait
+    # for those blocks and start in step 2, rather than one prompt's samples a step.
+    prompts = [TOK.encode(f"{i} is the prompt", bos=True) for i in range(4)]
+    batched = engine(model)
+    ids = [batched.add_request(p, SamplingParams(max_tokens=5, n=3, seed=0)) for p in prompts]
+    first, second = batched.step(), batched.step()
+    assert {(p.seq.request_id, p.seq.index) for p in first} == {(i, 0) for i in ids}
+    assert batched.stats().running == 12 and batched.stats().waiting == 0
+    assert len(second) == 12
+    # 16 prompt tokens each: 4 blocks, the last recomputed by each later sample.
+    assert batched.counters.prompt_tokens == 4 * 16 + 8 * 4

@@ -107,10 +107,13 @@ class Scheduler:
         budget = self.max_prefill_tokens
         filling: set[int] = set()
         """Names of the blocks this step's prefills fill: a later sequence with the same
-        prefix waits a step and shares them instead of computing them again."""
+        prefix waits a step and shares them instead of computing them again, while the
+        sequences behind it are admitted (the K samples of each of many prompts would
+        otherwise come in one prompt a step)."""
 
+        deferred: deque[Sequence] = deque()
         while self.waiting and len(self.running) < self.max_running:
-            seq = self.waiting[0]
+            seq = self.waiting.popleft()
             tokens = seq.tokens
             # The last token is always computed: its logits give the next one.
             names = block_hashes(tokens[:-1], self.pool.block_size)
@@ -122,7 +125,8 @@ class Scheduler:
                 shared.append(block)
             if len(shared) < len(names) and names[len(shared)] in filling:
                 self.pool.release(shared)
-                return
+                deferred.append(seq)
+                continue
             fresh = self.blocks_for(len(tokens)) - len(shared)
             to_compute = len(tokens) - len(shared) * self.pool.block_size
             alone = not self.running and not plan.prefill
@@ -130,9 +134,10 @@ class Scheduler:
             # Alone, a sequence may dip below the watermark: nothing else could grow.
             short = self.pool.free - fresh < (0 if alone else self.watermark)
             if over_budget or short:
+                # Memory and the budget go in arrival order: nothing behind it jumps ahead.
                 self.pool.release(shared)
-                return
-            self.waiting.popleft()
+                self.waiting.appendleft(seq)
+                break
             seq.blocks = shared + [self.pool.allocate() for _ in range(fresh)]
             seq.named_blocks = len(shared)
             seq.prefix_name = names[len(shared) - 1] if shared else 0
@@ -142,3 +147,4 @@ class Scheduler:
             filling.update(names[len(shared) :])
             budget -= to_compute
             plan.prefill.append(seq)
+        self.waiting.extendleft(reversed(deferred))
