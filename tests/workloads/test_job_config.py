@@ -153,8 +153,8 @@ def test_new_tokens_are_cut_to_the_models_context() -> None:
             datagen.datagen,
             {"policy": {"teacher": "oracle"}, "output": "x"},
             None,
-            "spec.policy.teacher 'oracle' is neither a built-in teacher (arithmetic-solver) nor an "
-            "import path",
+            "spec.policy.teacher 'oracle' is neither a built-in teacher (arithmetic-solver, "
+            "openai-endpoint) nor an import path",
         ),
         (datagen.datagen, {"policy": {"teacher": "arithmetic-solver"}}, None, "spec.output"),
         (
