@@ -186,10 +186,8 @@ def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
     assert conditions["Succeeded"] == "True" and conditions["Scheduled"] == "True"
     assert status["runId"] == run["id"] and status["attempt"] == 1
 
-    # kopf posts events from a background queue, so the last one can land a while after the
-    # status it follows (its retries for other objects share the operator's loop, and the
-    # previous module's namespaces are still being deleted): wait for it rather than read
-    # once.
+    # kopf posts events from a background queue, so the last one can land a moment after the
+    # status it follows: wait for it rather than read once.
     seen: set[str] = set()
 
     def k8s_event_reasons() -> set[str]:
@@ -205,7 +203,7 @@ def test_two_nodes_of_four_gpus_become_a_gang_with_a_service_and_torchrun_env(
         stack.wait_for(
             "the run's Kubernetes events",
             lambda: expected_reasons <= k8s_event_reasons(),
-            seconds=90,
+            seconds=30,
         )
     except AssertionError as exc:
         raise AssertionError(f"events seen: {sorted(seen)}; {exc}") from None
