@@ -136,6 +136,10 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
         *resource,
         registry=registry,
         when=_not_finished,
+        # The status write that makes a run terminal also turns `when` false, and the watch
+        # event can arrive while that pass still awaits the write's answer: asked to stop
+        # (`stopped`) rather than cancelled at once, the pass finishes, its events included.
+        cancellation_backoff=5.0,
         cancellation_timeout=10.0,
         id=f"reconcile-{info.plural}",
     )

@@ -85,15 +85,21 @@ class Pass:
 
     async def run(self) -> float | None:
         """Returns seconds until the next pass, or None when the resource needs no more."""
-        run = await self._registered()
-        if run is None:
-            return None
-        if not self.tracked.attempts_known:
-            await self._load_attempts(run)
-        delay = await self._step(run)
-        run = await self.view.fresh()
-        await self._write_status(run)
-        return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
+        try:
+            run = await self._registered()
+            if run is None:
+                return None
+            if not self.tracked.attempts_known:
+                await self._load_attempts(run)
+            delay = await self._step(run)
+            run = await self.view.fresh()
+            await self._write_status(run)
+            return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
+        finally:
+            # An event is emitted once its fact is committed in the control plane, and no
+            # later pass emits it again: it goes out even when this pass fails or is
+            # cancelled after that (normally _write_status has sent it already).
+            self._flush_events()
 
     async def _step(self, run: RunPublic) -> float | None:
         phase = run.phase
