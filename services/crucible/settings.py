@@ -34,6 +34,12 @@ class Settings(BaseSettings):
         description="URI prefixes checkpoints and datasets must live under (JSON list, e.g. "
         '`["s3://team-ckpt/", "file:///checkpoints/"]`); empty allows any root.',
     )
+    mlflow_artifact_root: str | None = Field(
+        default=None,
+        description="Where artifacts MLflow clients upload through the artifact proxy are kept "
+        "(a file:// or s3:// URI); default: `mlflow/` under the first storage root, or "
+        "`mlflow-artifacts/` under home.",
+    )
     auth_failure_limit: int = Field(
         default=30,
         ge=1,
@@ -91,6 +97,14 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def resolved_mlflow_artifact_root(self) -> str:
+        if self.mlflow_artifact_root:
+            return self.mlflow_artifact_root.rstrip("/")
+        if self.storage_roots:
+            return self.storage_roots[0].rstrip("/") + "/mlflow"
+        return (self.home / "mlflow-artifacts").absolute().as_uri()
 
     @property
     def local_token_file(self) -> Path:

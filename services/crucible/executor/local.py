@@ -20,6 +20,7 @@ from crucible.client import ApiError, CrucibleClient
 from crucible.client.code_packages import describe_code_package, find_code_package
 from crucible.domain import contract, reasons
 from crucible.domain.enums import Backend, Phase
+from crucible.domain.origins import is_from_mlflow
 from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.gpus import GpuPool
 from crucible.executor.launch import build_command, build_env, read_termination_message, working_dir
@@ -329,7 +330,10 @@ class LocalExecutor:
 
     def _local_runs(self, phase: Phase) -> list[RunPublic]:
         page = self._client.list_runs(phase=phase.value, descending=False, limit=1000)
-        return [r for r in page.items if r.backend == Backend.local]
+        # An MLflow client's run has no process to start or adopt: the client reports its end.
+        return [
+            r for r in page.items if r.backend == Backend.local and not is_from_mlflow(r.manifest)
+        ]
 
     def _end(self, active: ActiveAttempt, reason: str, code: int | None, message: str) -> None:
         self._end_attempt(active.run_id, active.number, reason, code, message)

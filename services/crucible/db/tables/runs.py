@@ -55,6 +55,8 @@ class Run(Base):
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    # Soft deletion, as MLflow's runs have it: hidden from MLflow's searches until restored.
+    deleted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Attempt(Base):

@@ -52,3 +52,5 @@ class Experiment(Base):
     tags: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    # Soft deletion, as MLflow's experiments have it: restorable, and its name stays taken.
+    deleted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
