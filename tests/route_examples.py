@@ -11,6 +11,7 @@ from tests.conftest import make_project, training_run
 MARKER = "zzbeta"  # in the name of every object of project B; A must never read it
 PUBLIC = {"healthz", "readyz", "redeemSignInCode"}  # documented as public in docs/reliability.md
 DIGEST = "sha256:" + "c" * 64
+DEPLOYMENT = f"{MARKER}-served"
 
 
 def example_bodies(b: dict[str, int]) -> dict[str, Any]:
@@ -47,6 +48,12 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
             "sources": [{"type": "checkpoint", "id": b["checkpoint"]}],
         },
         "reportCluster": {"nodes": [], "pods": []},
+        "reportDeployment": {
+            "checkpoint": {"id": b["checkpoint"]},
+            "replicas": 1,
+            "ready_replicas": 0,
+            "phase": "Pending",
+        },
         "redeemSignInCode": {"code": "not-a-code"},
     }
 
@@ -65,6 +72,10 @@ def concrete_path(path: str, b: dict[str, int]) -> str:
         "entity": "run",
         "entity_id": b["run"],
         "cluster_name": MARKER,
+        "deployment_id": b["deployment"],
+        "backend": "kubernetes",
+        "project": MARKER,
+        "name": DEPLOYMENT,
     }
     for name, value in values.items():
         path = path.replace("{" + name + "}", str(value))
@@ -124,6 +135,15 @@ def project_b(admin: TestClient) -> dict[str, int]:
     token = admin.post(
         "/api/v1/tokens", json={"name": f"{MARKER}-token", "project": MARKER, "role": "admin"}
     ).json()
+    deployment = admin.put(
+        f"/api/v1/deployments/kubernetes/{MARKER}/{DEPLOYMENT}",
+        json={
+            "checkpoint": {"run": f"{MARKER}-run"},
+            "replicas": 1,
+            "ready_replicas": 1,
+            "phase": "Ready",
+        },
+    ).json()
     return {
         "project": int(project["id"]),  # type: ignore[call-overload]
         "run": run["id"],
@@ -133,4 +153,5 @@ def project_b(admin: TestClient) -> dict[str, int]:
         "dataset": version["dataset_id"],
         "artifact": artifact["id"],
         "token": token["id"],
+        "deployment": deployment["id"],
     }

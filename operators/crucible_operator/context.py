@@ -4,9 +4,11 @@ concern: the cluster's capacity (gang.py), what the event feed told (feed.py), t
 loops to wake (below), and the namespaces set up for runs (registration.py)."""
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import kopf
 from lightkube.generic_resource import GenericNamespacedResource, create_namespaced_resource
 
 from crucible.client.async_http import AsyncCrucibleClient
@@ -21,8 +23,9 @@ from crucible_operator.pods import PodOptions
 T = TypeVar("T")
 
 RESOURCES: dict[str, type[GenericNamespacedResource]] = {
-    k.kind: create_namespaced_resource(naming.GROUP, naming.VERSION, k.kind, k.plural)
-    for k in naming.KINDS
+    kind: create_namespaced_resource(naming.GROUP, naming.VERSION, kind, plural)
+    for kind, plural in [(k.kind, k.plural) for k in naming.KINDS]
+    + [(naming.SERVED_MODEL_KIND, naming.SERVED_MODEL_PLURAL)]
 }
 
 
@@ -84,3 +87,23 @@ class OperatorContext:
 def memo_context(memo: Any) -> OperatorContext:
     context: OperatorContext = memo.context
     return context
+
+
+# After a wake-up, wait this long for the burst it belongs to (a pod is created, ungated,
+# bound and started within a few hundred milliseconds): one pass then sees all of it.
+COALESCE_SECONDS = 0.05
+
+
+async def sleep_until_woken(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    """Up to `delay` seconds, less when woken or asked to stop."""
+    deadline = time.monotonic() + delay
+    while not stopped and not wake.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
+        except TimeoutError:
+            continue
+    if wake.is_set():
+        await asyncio.sleep(COALESCE_SECONDS)

@@ -1,5 +1,5 @@
-"""CustomResourceDefinitions for TrainingRun, RolloutJob and EvalJob, generated from the
-pydantic spec models in :mod:`crucible.domain.specs`, the same models the REST API
+"""CustomResourceDefinitions for TrainingRun, RolloutJob, EvalJob and ServedModel, generated
+from the pydantic spec models in :mod:`crucible.domain.specs`, the same models the REST API
 validates with, so the two ways in never drift.
 
 The spec schema is pydantic's JSON schema made structural (``$ref`` inlined, ``anyOf``
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from crucible.domain.specs import (
     MAX_RUN_NAME,
     EvalJobSpec,
     RolloutJobSpec,
+    ServedModelSpec,
     TrainingRunSpec,
 )
 
@@ -328,12 +329,10 @@ class Kind:
     plural: str
     short_name: str
     spec_model: type[BaseModel]
-    # GPUs are shown as two spec columns (count x GPUs each): printer columns cannot
-    # multiply, and spec columns are right before the operator has written any status.
-    gpu_columns: tuple[Schema, ...]
+    columns: tuple[Schema, ...]
+    status: Schema
     spec_rules: tuple[Schema, ...] = (IMAGE_IMMUTABLE,)
-    extra_status: Mapping[str, Schema] = field(default_factory=dict)
-    extra_columns: tuple[Schema, ...] = ()
+    name_rules: tuple[Schema, ...] = tuple(NAME_RULES)
 
     @property
     def singular(self) -> str:
@@ -344,16 +343,82 @@ class Kind:
         return f"{self.plural}.{GROUP}"
 
 
+def run_columns(
+    gpu_columns: tuple[Schema, ...], extra_columns: tuple[Schema, ...] = ()
+) -> tuple[Schema, ...]:
+    """A run kind's columns. GPUs are shown as two spec columns (count x GPUs each):
+    printer columns cannot multiply, and spec columns are right before the operator has
+    written any status."""
+    return (
+        PHASE_COLUMN,
+        ATTEMPT_COLUMN,
+        *gpu_columns,
+        STEP_COLUMN,
+        AGE_COLUMN,
+        RUN_ID_COLUMN,
+        EXPERIMENT_COLUMN,
+        *extra_columns,
+    )
+
+
+def served_model_status() -> Schema:
+    checkpoint = {
+        "type": "object",
+        "properties": {
+            "id": {"description": "Checkpoint id in the control plane.", "type": "integer"},
+            "run": {"description": "Name of the run that wrote it.", "type": "string"},
+            "step": {"description": "Optimizer step it was saved at.", "type": "integer"},
+        },
+    }
+    return {
+        "description": "Observed state, written by the operator only.",
+        "type": "object",
+        "properties": {
+            "phase": {
+                "description": "Pending (no pod ready yet), Rolling (pods moving to a new "
+                "checkpoint), Ready, or Failed (see message).",
+                "type": "string",
+                "enum": ["Pending", "Rolling", "Ready", "Failed"],
+            },
+            "message": {"description": "Why it is not Ready, in a sentence.", "type": "string"},
+            "checkpoint": {
+                "description": "The checkpoint every ready pod serves.",
+                **copy.deepcopy(checkpoint),
+            },
+            "wantedCheckpoint": {
+                "description": "The checkpoint spec.checkpoint names now; the pods roll to it.",
+                **copy.deepcopy(checkpoint),
+            },
+            "replicas": {"description": "Serving pods wanted.", "type": "integer"},
+            "readyReplicas": {"description": "Serving pods ready.", "type": "integer"},
+            "url": {"description": "The endpoint inside the cluster.", "type": "string"},
+            "deploymentId": {
+                "description": "Its id in the control plane.",
+                "type": "integer",
+                "format": "int64",
+            },
+            "observedGeneration": {
+                "description": "metadata.generation the operator last acted on.",
+                "type": "integer",
+                "format": "int64",
+            },
+        },
+    }
+
+
 KINDS = (
     Kind(
         kind="TrainingRun",
         plural="trainingruns",
         short_name="tr",
         spec_model=TrainingRunSpec,
-        gpu_columns=(
-            column("Nodes", ".spec.nodes", "integer", "Pods per attempt."),
-            column("GPUs/Node", ".spec.gpusPerNode", "integer", "GPUs per pod."),
+        columns=run_columns(
+            (
+                column("Nodes", ".spec.nodes", "integer", "Pods per attempt."),
+                column("GPUs/Node", ".spec.gpusPerNode", "integer", "GPUs per pod."),
+            )
         ),
+        status=status_schema(),
         spec_rules=(IMAGE_IMMUTABLE, NODES_IMMUTABLE),
     ),
     Kind(
@@ -361,37 +426,77 @@ KINDS = (
         plural="rolloutjobs",
         short_name="rj",
         spec_model=RolloutJobSpec,
-        gpu_columns=(
-            column("Replicas", ".spec.replicas", "integer", "Generator pods."),
-            column("GPUs/Replica", ".spec.gpusPerReplica", "integer", "GPUs per replica pod."),
+        columns=run_columns(
+            (
+                column("Replicas", ".spec.replicas", "integer", "Generator pods."),
+                column("GPUs/Replica", ".spec.gpusPerReplica", "integer", "GPUs per replica pod."),
+            ),
+            (column("Output", ".spec.output", "string", "Dataset published.", 1),),
         ),
-        extra_columns=(column("Output", ".spec.output", "string", "Dataset published.", 1),),
+        status=status_schema(),
     ),
     Kind(
         kind="EvalJob",
         plural="evaljobs",
         short_name="ej",
         spec_model=EvalJobSpec,
-        gpu_columns=(column("GPUs", ".spec.gpus", "integer", "GPUs for the eval pod."),),
-        extra_status={
-            "results": {
-                "description": "Scores by metric name, once the eval has finished.",
-                "type": "object",
-                "additionalProperties": {"type": "number"},
+        columns=run_columns(
+            (column("GPUs", ".spec.gpus", "integer", "GPUs for the eval pod."),),
+            (column("Suite", ".spec.suite", "string", "Eval suite.", 1),),
+        ),
+        status=status_schema(
+            {
+                "results": {
+                    "description": "Scores by metric name, once the eval has finished.",
+                    "type": "object",
+                    "additionalProperties": {"type": "number"},
+                }
             }
-        },
-        extra_columns=(column("Suite", ".spec.suite", "string", "Eval suite.", 1),),
+        ),
+    ),
+    Kind(
+        kind="ServedModel",
+        plural="servedmodels",
+        short_name="sm",
+        spec_model=ServedModelSpec,
+        columns=(
+            column("Phase", ".status.phase", "string", "Pending, Rolling, Ready or Failed."),
+            column("Checkpoint", ".status.checkpoint.id", "integer", "Checkpoint served."),
+            column("Ready", ".status.readyReplicas", "integer", "Serving pods ready."),
+            column("Replicas", ".spec.replicas", "integer", "Serving pods wanted."),
+            column("GPUs", ".spec.gpus", "integer", "GPUs per serving pod."),
+            AGE_COLUMN,
+            column("URL", ".status.url", "string", "The endpoint inside the cluster.", 1),
+        ),
+        status=served_model_status(),
+        spec_rules=(),  # a new image or checkpoint rolls the pods
+        name_rules=(
+            rule(
+                f"self.metadata.name.size() <= {MAX_RUN_NAME}",
+                f"metadata.name must be at most {MAX_RUN_NAME} characters, so that the names "
+                "of its pods (`<name>-<hash>-<suffix>`) stay within 63",
+                ".metadata.name",
+            ),
+            rule(
+                f"self.metadata.name.matches('{DNS_LABEL}')",
+                "metadata.name must be a DNS label (lower-case letters, digits and `-`, no "
+                "dots): it names the Deployment and the Service",
+                ".metadata.name",
+            ),
+        ),
     ),
 )
+
+RUN_KINDS = KINDS[:3]
+SERVED_MODEL = KINDS[3]
 
 
 def crd(kind: Kind) -> Schema:
     """The CustomResourceDefinition of one kind."""
     spec = spec_schema(kind.spec_model)
-    spec["x-kubernetes-validations"] = [
-        *spec.get("x-kubernetes-validations", []),
-        *copy.deepcopy(kind.spec_rules),
-    ]
+    spec_rules = [*spec.get("x-kubernetes-validations", []), *copy.deepcopy(kind.spec_rules)]
+    if spec_rules:
+        spec["x-kubernetes-validations"] = spec_rules
     spec = _ordered(spec)
     root: Schema = {
         "description": spec.get("description", kind.kind),
@@ -404,9 +509,9 @@ def crd(kind: Kind) -> Schema:
             # name and generateName under metadata and nothing else.
             "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
-            "status": status_schema(kind.extra_status),
+            "status": copy.deepcopy(kind.status),
         },
-        "x-kubernetes-validations": copy.deepcopy(NAME_RULES),
+        "x-kubernetes-validations": copy.deepcopy(list(kind.name_rules)),
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -429,16 +534,7 @@ def crd(kind: Kind) -> Schema:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        PHASE_COLUMN,
-                        ATTEMPT_COLUMN,
-                        *kind.gpu_columns,
-                        STEP_COLUMN,
-                        AGE_COLUMN,
-                        RUN_ID_COLUMN,
-                        EXPERIMENT_COLUMN,
-                        *kind.extra_columns,
-                    ],
+                    "additionalPrinterColumns": list(kind.columns),
                     "schema": {"openAPIV3Schema": root},
                 }
             ],

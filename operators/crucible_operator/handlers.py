@@ -3,7 +3,6 @@ custom resource, wake-ups from pod and node events, and the finalizer that recor
 deleted resource's end in the control plane. Handlers are registered on a registry made
 here (never kopf's global one), so importing this module changes nothing by itself."""
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -18,10 +17,11 @@ from crucible.domain import reasons
 from crucible.domain.enums import TERMINAL_PHASES
 from crucible.schemas.runs import AttemptEnd
 from crucible_operator import naming
-from crucible_operator.context import OperatorContext, memo_context
+from crucible_operator.context import OperatorContext, memo_context, sleep_until_woken
 from crucible_operator.facts import PodFacts, node_facts, pod_facts, pod_use
 from crucible_operator.reconcile import Pass, Tracked
 from crucible_operator.run_view import RunView
+from crucible_operator.serving import register_served_models
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ def build_registry() -> kopf.OperatorRegistry:
 
     for info in naming.KINDS:
         _register_kind(registry, info)
+    register_served_models(registry)
     return registry
 
 
@@ -160,7 +161,7 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
                 delay = await _one_pass(ctx, info, body, tracked, list(pods.get(uid, [])))
                 if delay is None:
                     return
-                await _sleep(wake, stopped, delay)
+                await sleep_until_woken(wake, stopped, delay)
         finally:
             ctx.loops.end(uid)
             tracked.view.forget()
@@ -220,22 +221,3 @@ async def _one_pass(
         return RETRY_AFTER_ERROR
     finally:
         ctx.metrics.reconcile_seconds.labels(info.kind).observe(time.perf_counter() - started)
-
-
-# After a wake-up, wait this long for the burst it belongs to (a pod is created, ungated,
-# bound and started within a few hundred milliseconds): one pass then sees all of it.
-COALESCE_SECONDS = 0.05
-
-
-async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
-    deadline = time.monotonic() + delay
-    while not stopped and not wake.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        try:
-            await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
-        except TimeoutError:
-            continue
-    if wake.is_set():
-        await asyncio.sleep(COALESCE_SECONDS)

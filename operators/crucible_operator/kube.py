@@ -34,6 +34,10 @@ class BoundedKube:
         async with self._gate:
             return await self.client.patch(*args, **kwargs)
 
+    async def apply(self, *args: Any, **kwargs: Any) -> Any:
+        async with self._gate:
+            return await self.client.apply(*args, **kwargs)
+
     async def delete(self, *args: Any, **kwargs: Any) -> Any:
         async with self._gate:
             return await self.client.delete(*args, **kwargs)

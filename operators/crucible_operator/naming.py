@@ -33,6 +33,9 @@ MANAGED_BY = "crucible-operator"
 # Held on every pod of an attempt until the whole gang fits (all pods or none).
 GANG_GATE = f"{GROUP}/gang"
 
+# A checkpoint served behind a Deployment and a Service (serving.py); not a run.
+SERVED_MODEL_KIND, SERVED_MODEL_PLURAL = "ServedModel", "servedmodels"
+
 FINALIZER = f"{GROUP}/finalizer"
 FIELD_MANAGER = "crucible-operator"
 

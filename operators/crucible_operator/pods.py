@@ -109,7 +109,7 @@ def _command(kind: str, spec: Mapping[str, Any], sh: Shape, rank: int, master: s
     ]
 
 
-def _resources(spec: Mapping[str, Any], gpus: int) -> dict[str, Any]:
+def resources_of(spec: Mapping[str, Any], gpus: int) -> dict[str, Any]:
     wanted = spec.get("resources") or {}
     requests = {
         key: wanted[field]
@@ -134,7 +134,7 @@ def _resources(spec: Mapping[str, Any], gpus: int) -> dict[str, Any]:
     return out
 
 
-def _tolerations(spec: Mapping[str, Any], gpus: int, options: PodOptions) -> list[dict[str, Any]]:
+def tolerations_of(spec: Mapping[str, Any], gpus: int, options: PodOptions) -> list[dict[str, Any]]:
     tolerations = [dict(t) for t in (spec.get("scheduling") or {}).get("tolerations") or []]
     for key in options.tolerated_taints:
         if not any(t.get("key") == key for t in tolerations):
@@ -212,7 +212,7 @@ def build_pods(
     }
     base_env = {**shared, **base_env}  # the spec's own env still wins
     volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", **_size(options.shm_limit)}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", **size_limit(options.shm_limit)}},
         {"name": "workspace", "emptyDir": {}},
     ]
     mounts: list[dict[str, Any]] = [
@@ -261,13 +261,7 @@ def build_pods(
             "terminationGracePeriodSeconds": options.grace_seconds,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": options.run_as_user,
-                "runAsGroup": options.run_as_user,
-                "fsGroup": options.run_as_user,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
+            "securityContext": pod_security(options),
             "containers": [
                 {
                     "name": naming.WORKLOAD_CONTAINER,
@@ -275,17 +269,17 @@ def build_pods(
                     "command": _command(kind, spec, sh, rank, master),
                     **({"workingDir": spec["workingDir"]} if spec.get("workingDir") else {}),
                     **container_env,
-                    "resources": _resources(spec, sh.gpus_per_pod),
+                    "resources": resources_of(spec, sh.gpus_per_pod),
                     "volumeMounts": workload_mounts,
                     # The workload's last sentence, or the end of its log if it left none,
                     # goes into the container's status, and from there into the attempt.
                     "terminationMessagePath": contract.KUBERNETES_TERMINATION_LOG,
                     "terminationMessagePolicy": "FallbackToLogsOnError",
-                    "securityContext": _container_security(),
+                    "securityContext": container_security(),
                 }
             ],
             "volumes": volumes,
-            "tolerations": _tolerations(spec, sh.gpus_per_pod, options),
+            "tolerations": tolerations_of(spec, sh.gpus_per_pod, options),
         }
         if with_package:
             pod_spec["initContainers"] = [_code_container(image, container_env, mounts)]
@@ -344,17 +338,27 @@ def _code_container(
         "volumeMounts": [*copy.deepcopy(mounts), {"name": CODE_VOLUME, "mountPath": CODE_DIR}],
         "terminationMessagePath": contract.KUBERNETES_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
     }
 
 
-def _container_security() -> dict[str, Any]:
+def pod_security(options: PodOptions) -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": options.run_as_user,
+        "runAsGroup": options.run_as_user,
+        "fsGroup": options.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
     """Every container's; with the pod's non-root user and seccomp profile, what the
     restricted Pod Security Standard asks."""
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _size(limit: str | None) -> dict[str, str]:
+def size_limit(limit: str | None) -> dict[str, str]:
     return {"sizeLimit": limit} if limit else {}
 
 

@@ -45,7 +45,17 @@ def test_every_route_answers_503_while_postgres_is_down_and_recovers(
 ) -> None:
     app = app_on_private_postgres
     ids = dict.fromkeys(
-        ("project", "run", "experiment", "checkpoint", "version", "dataset", "artifact", "token"),
+        (
+            "project",
+            "run",
+            "experiment",
+            "checkpoint",
+            "version",
+            "dataset",
+            "artifact",
+            "token",
+            "deployment",
+        ),
         1,
     )
     bodies = example_bodies(ids)

@@ -487,10 +487,13 @@ def test_install_runs_the_migration_hook_first_then_everything_is_ready(installe
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 CRS = ("trainingruns.crucible.dev", "rolloutjobs.crucible.dev", "evaljobs.crucible.dev")
+WATCHED = (*CRS, "servedmodels.crucible.dev")
 OPERATOR_ALLOWED: dict[str, set[str]] = {
-    **{cr: {"get", "list", "watch", "patch", "update"} for cr in CRS},
-    **{f"{cr}/status": {"get", "patch", "update"} for cr in CRS},
-    **{f"{cr}/finalizers": {"update"} for cr in CRS},
+    **{cr: {"get", "list", "watch", "patch", "update"} for cr in WATCHED},
+    **{f"{cr}/status": {"get", "patch", "update"} for cr in WATCHED},
+    **{f"{cr}/finalizers": {"update"} for cr in WATCHED},
+    # A served model's pods come from its Deployment; deleting it is its owner's business.
+    "deployments.apps": {"get", "list", "watch", "create", "patch"},
     "pods": {"get", "list", "watch", "create", "delete", "patch"},
     "services": {"get", "list", "watch", "create", "delete"},
     "events": {"create", "patch"},
@@ -511,7 +514,7 @@ NOTHING_ALLOWED = (
     "pods/log",
     "pods/eviction",
     "persistentvolumeclaims",
-    "deployments.apps",
+    "statefulsets.apps",
     "jobs.batch",
     "roles.rbac.authorization.k8s.io",
     "clusterroles.rbac.authorization.k8s.io",

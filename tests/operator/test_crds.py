@@ -177,7 +177,7 @@ def test_pydantic_limits_carry_over() -> None:
 
 
 def test_status_schema() -> None:
-    for kind in crds.KINDS:
+    for kind in crds.RUN_KINDS:
         status = root_schema(kind)["properties"]["status"]["properties"]
         assert status["phase"]["enum"] == [p.value for p in Phase]
         conditions = status["conditions"]
@@ -196,10 +196,30 @@ def test_names_columns_and_subresources() -> None:
         version = spec["versions"][0]
         assert version["subresources"] == {"status": {}}
         columns = [c["name"] for c in version["additionalPrinterColumns"]]
-        assert columns[:2] == ["Phase", "Attempt"]
-        assert {"Step", "Age"} <= set(columns)
+        assert columns[0] == "Phase" and "Age" in columns
         assert any(c.startswith("GPUs") for c in columns)
-    assert [k.short_name for k in crds.KINDS] == ["tr", "rj", "ej"]
+        if kind in crds.RUN_KINDS:
+            assert columns[1] == "Attempt" and "Step" in columns
+    assert [k.short_name for k in crds.KINDS] == ["tr", "rj", "ej", "sm"]
+
+
+def test_a_served_model_shows_what_it_serves_and_may_change_image_and_checkpoint() -> None:
+    kind = crds.SERVED_MODEL
+    root = root_schema(kind)
+    status = root["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Pending", "Rolling", "Ready", "Failed"]
+    for served in ("checkpoint", "wantedCheckpoint"):
+        assert set(status[served]["properties"]) == {"id", "run", "step"}
+    spec = root["properties"]["spec"]
+    assert spec["required"] == ["checkpoint"]
+    # Unlike a run's, a served model's image and checkpoint change in place: the pods roll.
+    assert "x-kubernetes-validations" not in spec
+    columns = {
+        c["name"]: c["jsonPath"]
+        for c in crds.crd(kind)["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
+    assert columns["Checkpoint"] == ".status.checkpoint.id"
+    assert columns["Ready"] == ".status.readyReplicas"
 
 
 def test_conversion_rejects_what_it_cannot_express() -> None:
@@ -237,8 +257,9 @@ def test_every_cel_rule_is_attached_to_a_model() -> None:
     rules = [
         r["rule"] for _, _, node in all_nodes() for r in node.get("x-kubernetes-validations", [])
     ]
-    # CheckpointRef: TrainingRun initFrom, RolloutJob policy.checkpoint, EvalJob checkpoint
-    assert rules.count("has(self.id) != has(self.run)") == 3
+    # CheckpointRef: TrainingRun initFrom, RolloutJob policy.checkpoint, EvalJob checkpoint,
+    # ServedModel checkpoint
+    assert rules.count("has(self.id) != has(self.run)") == 4
 
 
 def test_every_integer_bound_is_one_the_api_server_reads_exactly() -> None:

@@ -14,6 +14,7 @@ import { href, navigate, parseRoute, useHash } from './router';
 // when first opened, so the runs table does not wait for them, nor the run page for graphs.
 const Cluster = lazy(() => import('./pages/Cluster').then((m) => ({ default: m.Cluster })));
 const Checkpoint = lazy(() => import('./pages/Checkpoint').then((m) => ({ default: m.Checkpoint })));
+const Deployments = lazy(() => import('./pages/Deployments').then((m) => ({ default: m.Deployments })));
 const Compare = lazy(() => import('./pages/Compare').then((m) => ({ default: m.Compare })));
 const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.Lineage })));
 const Run = lazy(() => import('./pages/Run').then((m) => ({ default: m.Run })));
@@ -49,6 +50,7 @@ export function App() {
           <nav aria-label="Sections">
             <a href={href.projects()}>Projects</a>
             <a href={href.cluster()}>Cluster</a>
+            <a href={href.deployments()}>Deployments</a>
           </nav>
         </div>
         <nav aria-label="Account">
@@ -67,6 +69,7 @@ export function App() {
           {route.page === 'checkpoint' && <Checkpoint key={route.id} id={route.id} />}
           {route.page === 'lineage' && <Lineage node={route.node} />}
           {route.page === 'cluster' && <Cluster />}
+          {route.page === 'deployments' && <Deployments />}
           {route.page === 'compare' && <Compare key={route.runs.join(',')} runIds={route.runs} />}
           {route.page === 'notFound' && (
             <p className="empty">

@@ -19,11 +19,13 @@ describe('parseRoute', () => {
     });
     expect(parseRoute('#/compare?runs=3,5,3')).toEqual({ page: 'compare', runs: [3, 5] });
     expect(parseRoute('#/cluster')).toEqual({ page: 'cluster' });
+    expect(parseRoute('#/deployments')).toEqual({ page: 'deployments' });
   });
 
   it('round-trips the links it builds', () => {
     expect(parseRoute(href.run(42))).toEqual({ page: 'run', id: 42 });
     expect(parseRoute(href.cluster())).toEqual({ page: 'cluster' });
+    expect(parseRoute(href.deployments())).toEqual({ page: 'deployments' });
     expect(parseRoute(href.experiment(5))).toEqual({ page: 'experiment', id: 5, search: '' });
     expect(parseRoute(href.experiment(5, 'sort=name'))).toEqual({ page: 'experiment', id: 5, search: 'sort=name' });
     expect(parseRoute(href.checkpoint(8))).toEqual({ page: 'checkpoint', id: 8 });

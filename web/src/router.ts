@@ -14,6 +14,7 @@ export type Route =
   | { page: 'lineage'; node: { type: LineageNodeType; id: number } }
   | { page: 'compare'; runs: number[] }
   | { page: 'cluster' }
+  | { page: 'deployments' }
   | { page: 'notFound'; path: string };
 
 const NODE_TYPES: readonly LineageNodeType[] = ['run', 'checkpoint', 'dataset_version', 'eval_result', 'artifact'];
@@ -26,6 +27,7 @@ export function parseRoute(hash: string): Route {
   const [path = '/', search = ''] = (hash.replace(/^#/, '') || '/').split('?', 2);
   if (path === '/') return { page: 'projects' };
   if (path === '/cluster') return { page: 'cluster' };
+  if (path === '/deployments') return { page: 'deployments' };
   if (path === '/signin') {
     const code = new URLSearchParams(search).get('code');
     return code ? { page: 'signin', code } : { page: 'signin' };
@@ -61,6 +63,7 @@ export const href = {
   lineage: (type: LineageNodeType, id: number) => `#/lineage/${type}/${id}`,
   compare: (runs: number[]) => `#/compare?runs=${runs.join(',')}`,
   cluster: () => '#/cluster',
+  deployments: () => '#/deployments',
 };
 
 export function navigate(to: string): void {

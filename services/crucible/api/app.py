@@ -13,9 +13,11 @@ from crucible.api.routes import (
     artifacts,
     cluster,
     dashboard,
+    deployments,
     health,
     lineage,
     metrics,
+    mlflow,
     projects,
     runs,
     signin,
@@ -60,6 +62,8 @@ def create_app(settings: Settings) -> FastAPI:
         signin,
         dashboard,
         cluster,
+        deployments,
+        mlflow,
     ):
         app.include_router(module.router)
     # Last, so its catch-all route never shadows the API.

@@ -12,6 +12,7 @@ from rich.markup import escape
 from crucible.cli.artifacts import artifacts_app
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import datasets_app
+from crucible.cli.deployments import deployments_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
 from crucible.cli.serving import serve_checkpoint
@@ -45,6 +46,7 @@ app.add_typer(checkpoints_app, name="checkpoints")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(tokenizers_app, name="tokenizers")
 app.add_typer(artifacts_app, name="artifacts")
+app.add_typer(deployments_app, name="deployments")
 app.command("serve")(friendly_errors(serve_checkpoint))
 
 

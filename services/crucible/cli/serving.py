@@ -35,15 +35,25 @@ def serve_checkpoint(
         int, typer.Option(min=1, help="Sequences generating at once, at most.")
     ] = 256,
     block_size: Annotated[int, typer.Option(min=1, help="Positions per KV block.")] = 16,
+    crucible_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--crucible-tokens",
+            help="Accept the project's Crucible API tokens (checked with the control plane) "
+            "instead of a key of this server's own; CRUCIBLE_SERVE_API_KEY, when set, too.",
+        ),
+    ] = False,
 ) -> None:
     """Serve a checkpoint's model: /v1/completions, /v1/chat/completions, /v1/models,
     /health and /metrics. Clients send `Authorization: Bearer KEY`, the key taken from
-    CRUCIBLE_SERVE_API_KEY, else made and saved under CRUCIBLE_HOME."""
+    CRUCIBLE_SERVE_API_KEY, else made and saved under CRUCIBLE_HOME; with --crucible-tokens,
+    a Crucible API token that may read the project."""
     import torch
     import uvicorn
 
     from crucible.engine.async_engine import AsyncEngine
     from crucible.engine.config import EngineConfig
+    from crucible.engine.control_plane_tokens import ControlPlaneTokens
     from crucible.engine.engine import Engine
     from crucible.engine.server import create_engine_app
     from crucible.sdk.checkpoint import CheckpointError
@@ -52,7 +62,13 @@ def serve_checkpoint(
     from crucible.workloads.jobs.config import ConfigError
 
     settings = load_settings()
-    api_key = _api_key(settings)
+    if crucible_tokens:
+        # A served model on Kubernetes: its callers hold tokens, not a key of its own.
+        given = os.environ.get(API_KEY_ENV)
+        api_keys = [given] if given else []
+        token_check = ControlPlaneTokens(settings.api_url, project)
+    else:
+        api_keys, token_check = [_api_key(settings)], None
     target = torch.device(
         ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     )
@@ -68,7 +84,13 @@ def serve_checkpoint(
         Engine(model, tokenizer, EngineConfig(block_size=block_size, max_running=max_running))
     )
     model_name = name or f"checkpoint-{record.id}"
-    app = create_engine_app(engine, model_name=model_name, tokenizer=tokenizer, api_keys=[api_key])
+    app = create_engine_app(
+        engine,
+        model_name=model_name,
+        tokenizer=tokenizer,
+        api_keys=api_keys,
+        token_check=token_check,
+    )
     console.print(
         f"serving {model_name} (run {record.run_id}, step {record.step}) on "
         f"http://{host}:{port}/v1",

@@ -11,6 +11,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from crucible.schemas.cluster import ClusterReport, ReportReceived
 from crucible.schemas.common import Page
+from crucible.schemas.deployments import DeploymentPublic, DeploymentReport
 from crucible.schemas.lineage import CheckpointPublic, EvalResultPublic
 from crucible.schemas.runs import (
     AttemptEnd,
@@ -130,3 +131,18 @@ def report_cluster(cluster: str, report: ClusterReport) -> Call[ReportReceived]:
     """Replace what this backend last reported about its nodes and pods."""
     path = f"/api/v1/clusters/{cluster}/report"
     return Call("report_cluster", "PUT", path, ReportReceived, report)
+
+
+def report_deployment(
+    backend: str, project: str, name: str, report: DeploymentReport
+) -> Call[DeploymentPublic]:
+    """Create or update a served checkpoint as this backend sees it; the answer says which
+    checkpoint its reference resolves to now (`checkpoint_id`, or `resolve_error`)."""
+    path = f"/api/v1/deployments/{backend}/{project}/{name}"
+    return Call("report_deployment", "PUT", path, DeploymentPublic, report)
+
+
+def remove_deployment(backend: str, project: str, name: str) -> Call[None]:
+    """Forget a served checkpoint; one already gone is no error."""
+    path = f"/api/v1/deployments/{backend}/{project}/{name}"
+    return Call("remove_deployment", "DELETE", path, None)

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from crucible.client import calls
 from crucible.schemas.cluster import ClusterReport, ClusterView, ReportReceived, RunPodPublic
 from crucible.schemas.common import Page
+from crucible.schemas.deployments import DeploymentPublic, DeploymentReport, DeploymentsPublic
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.lineage import (
     ArtifactCreate,
@@ -279,6 +280,27 @@ class CrucibleClient:
 
     def list_run_pods(self, run_id: int) -> list[RunPodPublic]:
         return self._get(f"/api/v1/runs/{run_id}/pods", list[RunPodPublic])
+
+    def list_deployments(
+        self, project: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> DeploymentsPublic:
+        """Served checkpoints this token may see, newest first."""
+        return self._get(
+            "/api/v1/deployments", DeploymentsPublic, project=project, limit=limit, cursor=cursor
+        )
+
+    def get_deployment(self, deployment_id: int) -> DeploymentPublic:
+        return self._get(f"/api/v1/deployments/{deployment_id}", DeploymentPublic)
+
+    def report_deployment(
+        self, backend: str, project: str, name: str, report: DeploymentReport
+    ) -> DeploymentPublic:
+        """Create or update a served checkpoint as this backend sees it."""
+        return self.send(calls.report_deployment(backend, project, name, report))
+
+    def remove_deployment(self, backend: str, project: str, name: str) -> None:
+        """Forget a served checkpoint; one already gone is no error."""
+        self.send(calls.remove_deployment(backend, project, name))
 
     def list_events(self, run_id: int, after_id: int = 0) -> list[RunEventPublic]:
         return self.send(calls.list_events(run_id, after_id))

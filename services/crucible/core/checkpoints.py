@@ -157,15 +157,20 @@ def list_checkpoints(
 def latest_checkpoint(*, session: Session, principal: Principal, run_id: int) -> CheckpointPublic:
     """The run's highest-step checkpoint that has not been deleted by retention."""
     run = load_run(session, principal, run_id, Role.viewer)
-    checkpoint = session.scalar(
-        select(Checkpoint)
-        .where(Checkpoint.run_id == run.id, Checkpoint.deleted_at.is_(None))
-        .order_by(Checkpoint.step.desc())
-        .limit(1)
-    )
+    checkpoint = latest_live_checkpoint(session, run.id)
     if checkpoint is None:
         raise NotFound("latest checkpoint of run", run.id)
     return CheckpointPublic.model_validate(checkpoint)
+
+
+def latest_live_checkpoint(session: Session, run_id: int) -> Checkpoint | None:
+    """The run's highest-step checkpoint not deleted by retention: what `latest` means."""
+    return session.scalar(
+        select(Checkpoint)
+        .where(Checkpoint.run_id == run_id, Checkpoint.deleted_at.is_(None))
+        .order_by(Checkpoint.step.desc())
+        .limit(1)
+    )
 
 
 def best_checkpoint(

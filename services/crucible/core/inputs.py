@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from crucible.core import lineage
 from crucible.core.access import Principal
-from crucible.core.checkpoints import BestMode, best_live_checkpoint
+from crucible.core.checkpoints import BestMode, best_live_checkpoint, latest_live_checkpoint
 from crucible.core.datasets import version_by_ref
 from crucible.core.events import TOPIC_CHECKPOINT_REGISTERED
 from crucible.core.runs import load_run
@@ -41,7 +41,7 @@ from crucible.schemas.runs import InputsResolution
 # A name may be used by one run of each kind; a reference by name prefers the kind that
 # normally makes the thing referred to.
 _DATASET_PRODUCER_KINDS = (RunKind.rollout, RunKind.train, RunKind.eval)
-_CHECKPOINT_PRODUCER_KINDS = (RunKind.train, RunKind.rollout, RunKind.eval)
+CHECKPOINT_PRODUCER_KINDS = (RunKind.train, RunKind.rollout, RunKind.eval)
 
 
 class _Waiting(Exception):
@@ -239,12 +239,9 @@ def _checkpoint(session: Session, run: Run, ref: CheckpointRef) -> Checkpoint:
             )
         return checkpoint
     assert ref.run is not None  # the spec demands exactly one source
-    producer = _finished_producer(session, run, ref.run, _CHECKPOINT_PRODUCER_KINDS)
-    live = select(Checkpoint).where(
-        Checkpoint.run_id == producer.id, Checkpoint.deleted_at.is_(None)
-    )
+    producer = _finished_producer(session, run, ref.run, CHECKPOINT_PRODUCER_KINDS)
     if ref.checkpoint == "latest":
-        checkpoint = session.scalar(live.order_by(Checkpoint.step.desc()).limit(1))
+        checkpoint = latest_live_checkpoint(session, producer.id)
         if checkpoint is None:
             raise _ProducerFailed(f"run {producer.name!r} succeeded without a checkpoint")
         return checkpoint
@@ -257,14 +254,19 @@ def _checkpoint(session: Session, run: Run, ref: CheckpointRef) -> Checkpoint:
     return best[0]
 
 
-def _finished_producer(session: Session, run: Run, name: str, kinds: tuple[RunKind, ...]) -> Run:
+def producer_named(
+    session: Session, project_id: int, name: str, kinds: tuple[RunKind, ...]
+) -> Run | None:
+    """The project's run called `name`, of the first of `kinds` that has one."""
     candidates = {
         r.kind: r
-        for r in session.scalars(
-            select(Run).where(Run.project_id == run.project_id, Run.name == name)
-        )
+        for r in session.scalars(select(Run).where(Run.project_id == project_id, Run.name == name))
     }
-    producer = next((candidates[k] for k in kinds if k in candidates), None)
+    return next((candidates[k] for k in kinds if k in candidates), None)
+
+
+def _finished_producer(session: Session, run: Run, name: str, kinds: tuple[RunKind, ...]) -> Run:
+    producer = producer_named(session, run.project_id, name, kinds)
     if producer is None:
         raise _Waiting(f"run {name!r} has not been submitted yet")
     phase = Phase(producer.phase)

@@ -5,7 +5,9 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from crucible.core.access import Principal
 from crucible.db.tables import Base, Experiment, Project
+from crucible.domain.enums import Role
 from crucible.domain.errors import NotFound
 
 RowT = TypeVar("RowT", bound=Base)
@@ -23,6 +25,16 @@ def project_by_name(session: Session, name: str) -> Project:
     if row is None:
         raise NotFound("project", name)
     return row
+
+
+def listed_project_id(session: Session, principal: Principal, project: str | None) -> int | None:
+    """The project a list is limited to: the one named, if the caller may see it, else the
+    token's own; None for a global token that names none (every project)."""
+    if project is None:
+        return principal.project_id
+    row = project_by_name(session, project)
+    principal.require(row.id, Role.viewer, entity="project", key=project)
+    return row.id
 
 
 def experiment_by_name(session: Session, project_id: int, name: str) -> Experiment | None:

@@ -4,7 +4,12 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
-from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
+from crucible.core.lookups import (
+    experiment_by_name,
+    get_or_404,
+    listed_project_id,
+    project_by_name,
+)
 from crucible.core.pagination import paginate
 from crucible.db.tables import Experiment, Project, Run
 from crucible.domain.enums import Role
@@ -109,12 +114,8 @@ def list_experiments(
     limit: int,
 ) -> Page[ExperimentPublic]:
     query = select(Experiment)
-    if project is not None:
-        row = project_by_name(session, project)
-        principal.require(row.id, Role.viewer, entity="project", key=project)
-        query = query.where(Experiment.project_id == row.id)
-    elif principal.project_id is not None:
-        query = query.where(Experiment.project_id == principal.project_id)
+    if (project_id := listed_project_id(session, principal, project)) is not None:
+        query = query.where(Experiment.project_id == project_id)
     return paginate(
         session,
         query,

@@ -13,7 +13,12 @@ from crucible.core.events import (
     enqueue,
     record_event,
 )
-from crucible.core.lookups import experiment_by_name, get_or_404, project_by_name
+from crucible.core.lookups import (
+    experiment_by_name,
+    get_or_404,
+    listed_project_id,
+    project_by_name,
+)
 from crucible.core.pagination import paginate
 from crucible.core.transitions import move_run
 from crucible.db.tables import Attempt, Checkpoint, Experiment, Project, Run, RunEvent
@@ -182,12 +187,8 @@ def list_runs(
     limit: int = 50,
 ) -> Page[RunPublic]:
     query = select(Run)
-    if project is not None:
-        row = project_by_name(session, project)
-        principal.require(row.id, Role.viewer, entity="project", key=project)
-        query = query.where(Run.project_id == row.id)
-    elif principal.project_id is not None:
-        query = query.where(Run.project_id == principal.project_id)
+    if (project_id := listed_project_id(session, principal, project)) is not None:
+        query = query.where(Run.project_id == project_id)
     if experiment_id is not None:
         experiment = get_or_404(session, Experiment, experiment_id, "experiment")
         principal.require(

@@ -484,6 +484,40 @@ class EvalJobSpec(WorkloadSpec):
     gpus: Annotated[int, Field(ge=0, le=16, description="GPUs for the eval pod.")] = 0
 
 
+class ServedModelSpec(SpecModel):
+    """A checkpoint behind an OpenAI-compatible endpoint: `replicas` pods of `crucible serve`
+    and a Service in front of them. A checkpoint named by its run follows that run: when a
+    newer (or better) checkpoint appears, the pods roll to it, one at a time."""
+
+    checkpoint: Annotated[
+        CheckpointRef,
+        Field(
+            description="The checkpoint to serve: by id, or a run's `latest` or "
+            "`best:<metric>` (followed as the run writes and evaluates more)."
+        ),
+    ]
+    replicas: Annotated[int, Field(ge=0, le=64, description="Serving pods.")] = 1
+    gpus: Annotated[int, Field(ge=0, le=16, description="GPUs per serving pod.")] = 0
+    image: Annotated[
+        str | None,
+        Field(max_length=512, description="Container image; default: the operator's."),
+    ] = None
+    model_name: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+            max_length=128,
+            description="The model name clients send; default: this resource's name.",
+        ),
+    ] = None
+    max_running: Annotated[
+        int, Field(ge=1, le=4096, description="Sequences each pod decodes at once, at most.")
+    ] = 256
+    resources: Annotated[Resources, Field(description="CPU and memory per pod.")] = Field(
+        default_factory=Resources
+    )
+
+
 class ObjectMeta(SpecModel):
     name: Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=MAX_RUN_NAME)]
     namespace: Annotated[str | None, Field(pattern=DNS_LABEL, max_length=63)] = None

@@ -1,18 +1,28 @@
-"""Who may call /v1: a bearer key from the server's list, compared in constant time."""
+"""Who may call /v1: a bearer key from the server's list, compared in constant time, or a
+Crucible API token that a `TokenCheck` (control_plane_tokens.py) accepts."""
 
 import hmac
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import Header
 
 from crucible.engine.openai_errors import ApiError
 
 
-def require_api_key(api_keys: Sequence[str]) -> Callable[..., Coroutine[Any, Any, None]]:
-    """A FastAPI dependency that refuses (401) a request without one of `api_keys`; the
-    list itself is refused (ValueError) when it is empty or holds a blank key."""
-    if not api_keys:
+class TokenCheck(Protocol):
+    async def allows(self, token: str) -> bool:
+        """Whether `token` may call this server (raises ApiError when it cannot say now)."""
+        ...
+
+
+def require_api_key(
+    api_keys: Sequence[str], token_check: TokenCheck | None = None
+) -> Callable[..., Coroutine[Any, Any, None]]:
+    """A FastAPI dependency that refuses (401) a request without one of `api_keys` or a
+    token `token_check` allows; refused (ValueError) when it would accept nothing, or when
+    the list holds a blank key."""
+    if not api_keys and token_check is None:
         raise ValueError("api_keys is empty; the engine's API needs at least one key")
     for position, key in enumerate(api_keys):
         if not key.strip():
@@ -30,9 +40,10 @@ def require_api_key(api_keys: Sequence[str]) -> Callable[..., Coroutine[Any, Any
         candidate = given.strip().encode()
         # Every key compared, each in constant time: the answer's timing tells nothing.
         matched = [hmac.compare_digest(candidate, key) for key in keys]
-        if not any(matched):
-            raise ApiError(
-                401, "the API key is not one this server accepts", code="invalid_api_key"
-            )
+        if any(matched):
+            return
+        if token_check is not None and await token_check.allows(given.strip()):
+            return
+        raise ApiError(401, "the API key is not one this server accepts", code="invalid_api_key")
 
     return require_key

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from crucible.engine.api_keys import require_api_key
+from crucible.engine.api_keys import TokenCheck, require_api_key
 from crucible.engine.async_engine import AsyncEngine
 from crucible.engine.metrics import EngineMetrics
 from crucible.engine.openai_endpoints import Endpoints
@@ -32,11 +32,16 @@ from crucible.workloads.tokenizer import Tokenizer
 
 
 def create_engine_app(
-    engine: AsyncEngine, *, model_name: str, tokenizer: Tokenizer, api_keys: Sequence[str]
+    engine: AsyncEngine,
+    *,
+    model_name: str,
+    tokenizer: Tokenizer,
+    api_keys: Sequence[str] = (),
+    token_check: TokenCheck | None = None,
 ) -> FastAPI:
     """The API over `engine`, which the app starts when it starts serving and stops at
-    shutdown."""
-    require_key = require_api_key(api_keys)
+    shutdown. Clients send one of `api_keys`, or a token `token_check` allows."""
+    require_key = require_api_key(api_keys, token_check)
     engine_metrics = EngineMetrics(engine)
     endpoints = Endpoints(
         engine, model_name=model_name, tokenizer=tokenizer, metrics=engine_metrics

@@ -74,3 +74,5 @@ export type ClusterView = Schemas['ClusterView'];
 export type ClusterNode = Schemas['NodePublic'];
 export type RunPod = Schemas['RunPodPublic'];
 export type WaitingRun = Schemas['WaitingRun'];
+export type Deployment = Schemas['DeploymentPublic'];
+export type CheckpointBrief = Schemas['CheckpointBrief'];

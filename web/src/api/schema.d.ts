@@ -233,6 +233,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/deployments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Deployments
+         * @description The served checkpoints the token may see, newest first.
+         */
+        get: operations["listDeployments"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{backend}/{project}/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Report Deployment
+         * @description Create or update a served checkpoint as its backend sees it (global admin tokens: the
+         *     operator). Its checkpoint reference is resolved in the project now; one that does not
+         *     resolve is stored with `resolve_error` saying why, and still answers 200.
+         */
+        put: operations["reportDeployment"];
+        post?: never;
+        /**
+         * Remove Deployment
+         * @description Forget a served checkpoint (global admin tokens). Removing one already gone is a 204
+         *     too.
+         */
+        delete: operations["removeDeployment"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{deployment_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Deployment */
+        get: operations["getDeployment"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/evals": {
         parameters: {
             query?: never;
@@ -1208,6 +1272,19 @@ export interface components {
          * @enum {string}
          */
         BestMode: "max" | "min";
+        /** CheckpointBrief */
+        CheckpointBrief: {
+            /** Id */
+            id: number;
+            /** Run Id */
+            run_id: number;
+            /** Run Name */
+            run_name: string;
+            /** Step */
+            step: number;
+            /** Uri */
+            uri: string;
+        };
         /** CheckpointCreate */
         CheckpointCreate: {
             /**
@@ -1512,6 +1589,110 @@ export interface components {
             deleted: boolean;
             /** Id */
             id: number;
+        };
+        /**
+         * DeploymentPhase
+         * @enum {string}
+         */
+        DeploymentPhase: "Pending" | "Rolling" | "Ready" | "Failed";
+        /** DeploymentPublic */
+        DeploymentPublic: {
+            backend: components["schemas"]["Backend"];
+            /** @description The reference as the backend reported it. */
+            checkpoint: components["schemas"]["CheckpointRef"];
+            /**
+             * Checkpoint Id
+             * @description What the reference resolved to at the last report; null when it did not.
+             */
+            checkpoint_id: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Message */
+            message: string;
+            /** Name */
+            name: string;
+            phase: components["schemas"]["DeploymentPhase"];
+            /** Project */
+            project: string;
+            /** Ready Replicas */
+            ready_replicas: number;
+            /** Replicas */
+            replicas: number;
+            /**
+             * Resolve Error
+             * @description Why the reference did not resolve at the last report; null when it did.
+             */
+            resolve_error: string | null;
+            /** @description The checkpoint of `checkpoint_id`. */
+            resolved: components["schemas"]["CheckpointBrief"] | null;
+            /** @description The checkpoint of `serving_checkpoint_id`: what the pods run. */
+            serving: components["schemas"]["CheckpointBrief"] | null;
+            /** Serving Checkpoint Id */
+            serving_checkpoint_id: number | null;
+            /** Uid */
+            uid: string | null;
+            /**
+             * Updated At
+             * Format: date-time
+             * @description When the backend last reported.
+             */
+            updated_at: string;
+            /** Url */
+            url: string | null;
+        };
+        /**
+         * DeploymentReport
+         * @description How a served checkpoint stands, as its backend (the operator) sees it now.
+         */
+        DeploymentReport: {
+            /** @description The checkpoint to serve, as the resource names it: `{id}`, or `{run, checkpoint: latest | best:<metric>}`; resolved in the project on every report. */
+            checkpoint: components["schemas"]["CheckpointRef"];
+            /**
+             * Message
+             * @default
+             */
+            message: string;
+            phase: components["schemas"]["DeploymentPhase"];
+            /**
+             * Ready Replicas
+             * @description Pods ready to answer.
+             */
+            ready_replicas: number;
+            /**
+             * Replicas
+             * @description Pods wanted.
+             */
+            replicas: number;
+            /**
+             * Serving Checkpoint Id
+             * @description The checkpoint the pods run now; null before any runs. An id no longer registered (its run was deleted) is stored as null.
+             */
+            serving_checkpoint_id?: number | null;
+            /**
+             * Uid
+             * @description The resource's uid.
+             */
+            uid?: string | null;
+            /**
+             * Url
+             * @description Where it answers, e.g. its Service's in-cluster URL.
+             */
+            url?: string | null;
+        };
+        /**
+         * DeploymentsPublic
+         * @description One page of deployments, newest first.
+         */
+        DeploymentsPublic: {
+            /** Items */
+            items: components["schemas"]["DeploymentPublic"][];
+            /** Next Cursor */
+            next_cursor?: string | null;
         };
         /**
          * EdgeRelation
@@ -3527,6 +3708,146 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DatasetVersionPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    listDeployments: {
+        parameters: {
+            query?: {
+                cursor?: string | null;
+                /** @description Page size. */
+                limit?: number;
+                project?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentsPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    reportDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backend serving it. */
+                backend: components["schemas"]["Backend"];
+                /** @description The resource's name: a DNS label. */
+                name: string;
+                /** @description The project it serves from. */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeploymentReport"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    removeDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The backend serving it. */
+                backend: components["schemas"]["Backend"];
+                /** @description The resource's name: a DNS label. */
+                name: string;
+                /** @description The project it serves from. */
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                deployment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentPublic"];
                 };
             };
             /** @description Validation Error */

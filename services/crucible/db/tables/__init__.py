@@ -12,8 +12,10 @@ from crucible.db.tables.lineage import (
     RunInput,
 )
 from crucible.db.tables.metrics import MetricChunk, MetricSeries
+from crucible.db.tables.mlflow import LoggedModel
 from crucible.db.tables.plumbing import IdempotencyRecord, OutboxMessage
 from crucible.db.tables.runs import Attempt, Run, RunEvent
+from crucible.db.tables.serving import Deployment
 from crucible.db.tables.tenancy import ApiToken, Experiment, Project
 
 __all__ = [
@@ -25,10 +27,12 @@ __all__ = [
     "ClusterNode",
     "Dataset",
     "DatasetVersion",
+    "Deployment",
     "EvalResult",
     "Experiment",
     "IdempotencyRecord",
     "LineageEdge",
+    "LoggedModel",
     "MetricChunk",
     "MetricSeries",
     "OutboxMessage",

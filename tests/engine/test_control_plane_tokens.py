@@ -1,0 +1,74 @@
+"""The engine's API taking Crucible tokens (`crucible serve --crucible-tokens`, as a
+ServedModel's pods run it), checked with a real control plane: a token that may read the
+project calls the model, another project's or a revoked one does not, and a control plane
+that cannot answer is a 503 for a token it never vouched for."""
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import torch
+
+from crucible.client import CrucibleClient
+from crucible.domain.enums import Role
+from crucible.engine.async_engine import AsyncEngine
+from crucible.engine.config import EngineConfig
+from crucible.engine.control_plane_tokens import ControlPlaneTokens
+from crucible.engine.engine import Engine
+from crucible.engine.server import create_engine_app
+from crucible.schemas.tenancy import TokenCreate
+from crucible.workloads.config import model_preset
+from crucible.workloads.model import build_model
+from crucible.workloads.tokenizer import ByteTokenizer
+from tests.servers import LocalServer, app_in_thread, free_port
+
+TTL = 0.5
+
+
+def engine_app(api_url: str, project: str) -> object:
+    torch.manual_seed(0)
+    model = build_model(model_preset("tiny"))
+    engine = AsyncEngine(Engine(model, ByteTokenizer(), EngineConfig(block_size=4, num_blocks=32)))
+    check = ControlPlaneTokens(api_url, project, ttl=TTL, refusal_ttl=0.1)
+    return create_engine_app(engine, model_name="m", tokenizer=ByteTokenizer(), token_check=check)
+
+
+@pytest.fixture(scope="module")
+def served(live_server: LocalServer) -> Iterator[str]:
+    with app_in_thread(engine_app(live_server.url, "serving")) as url:
+        yield url
+
+
+def models(url: str, token: str | None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return httpx.get(f"{url}/v1/models", headers=headers, timeout=30).status_code
+
+
+def test_a_token_that_may_read_the_project_calls_the_model_and_others_do_not(
+    served: str, live_server: LocalServer, live_api: CrucibleClient
+) -> None:
+    live_api.create_project("serving")
+    live_api.create_project("other")
+    viewer = live_api.create_token(TokenCreate(name="reader", project="serving", role=Role.viewer))
+    stranger = live_api.create_token(TokenCreate(name="x", project="other", role=Role.admin))
+    assert models(served, viewer.token) == 200
+    assert models(served, live_server.token) == 200  # a global admin's token reads everything
+    assert models(served, stranger.token) == 401
+    assert models(served, "cru_not-a-token") == 401
+    assert models(served, None) == 401
+    # Revoked: refused once the remembered answer has expired.
+    revoked = httpx.delete(
+        f"{live_server.url}/api/v1/tokens/{viewer.id}",
+        headers={"Authorization": f"Bearer {live_server.token}"},
+    )
+    assert revoked.is_success, revoked.text
+    time.sleep(TTL + 0.2)
+    assert models(served, viewer.token) == 401
+
+
+def test_a_control_plane_that_cannot_answer_is_a_503_not_a_refusal() -> None:
+    with app_in_thread(engine_app(f"http://127.0.0.1:{free_port()}", "serving")) as url:
+        answer = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer cru_x"})
+    assert answer.status_code == 503, answer.text
+    assert "cannot check the token" in answer.json()["error"]["message"]
