@@ -71,7 +71,9 @@ def test_the_openai_client_gets_the_checkpoints_answers(
     platform: Platform, trained: Trained, served: str
 ) -> None:
     client = openai.OpenAI(base_url=served, api_key=KEY, max_retries=0)
-    assert [m.id for m in client.models.list().data] == ["arith"]
+    (card,) = client.models.list().data
+    assert card.id == "arith"
+    assert (card.model_extra or {})["root"] == f"checkpoint-{trained.checkpoint_id}"
     prompts = ["3+4=", "9+9=", "1+0="]
     completion = client.completions.create(
         model="arith", prompt=prompts, max_tokens=3, temperature=0

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +27,7 @@ from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import ControlPlane
+from tests.k8s.pod_logs import PodLogRecorder
 from tests.k8s.real_node import (
     REAL_NODE,
     REPO_ROOT,
@@ -126,21 +128,6 @@ class Release(ControlPlane):
         return "\n".join(tails)
 
 
-def failed_pod_logs(pods: list[dict[str, Any]]) -> str:
-    """The end of each failed pod's log, without the lines every pod repeats: what says which
-    rank failed first and why (short lines, so that a report folding long ones keeps them)."""
-    noise = ("botocore", "warnings.warn", "fsync not supported", "frame #")
-    out = []
-    for pod in pods:
-        if pod["status"].get("phase") != "Failed":
-            continue
-        name = pod["metadata"]["name"]
-        text = h.kubectl("logs", name, "--tail=400", namespace=PROJECT, check=False)
-        kept = [line[:300] for line in text.splitlines() if not any(n in line for n in noise)]
-        out.append(f"--- {name}\n" + "\n".join(kept[-40:]))
-    return "\n".join(out)
-
-
 @pytest.fixture(scope="module")
 def release(cluster: h.Cluster, host_ip: str) -> Iterator[Release]:
     remove_release()  # a release left by an interrupted session
@@ -213,10 +200,13 @@ def test_the_readme_install_runs_every_part_of_the_release_in_restricted_pods(
 @pytest.mark.slow
 @pytest.mark.timeout(1440)  # past its own waits: the runs, the evals, kubectl
 def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoint_is_evaluated(
-    release: Release,
+    release: Release, tmp_path: Path
 ) -> None:
     names = ["multinode-sft-teacher", "multinode-sft"]
-    runs = wait_runs(release, PROJECT, names, seconds=900)
+    # Every pod's log, kept: when one rank fails, the operator deletes the other pod, and
+    # its log (where the first failure often is) goes with it.
+    with PodLogRecorder(PROJECT, "crucible.dev/run=multinode-sft", tmp_path) as recorder:
+        runs = wait_runs(release, PROJECT, names, seconds=900)
     assert all(runs[n].phase == Phase.Succeeded for n in names), (runs, release.logs())
     run = runs["multinode-sft"]
     pods = h.kubectl_json(
@@ -229,7 +219,7 @@ def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoi
     assert sorted(p["metadata"]["name"] for p in pods) == [
         "multinode-sft-a1-0",
         "multinode-sft-a1-1",
-    ], "\n".join([*map(str, attempts), failed_pod_logs(pods), release.logs()])
+    ], "\n".join([*map(str, attempts), recorder.tails(), release.logs()])
     assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
     # Rank 1 found rank 0 by its DNS name (the headless Service), as torchrun's MASTER_ADDR.
     follower = next(p for p in pods if p["metadata"]["name"].endswith("-1"))
@@ -256,6 +246,45 @@ def test_the_example_the_readme_applies_trains_across_two_pods_and_each_checkpoi
     proc = run_block(watch, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "multinode-sft" in proc.stdout
+
+
+# After the example's run (the test above): its best checkpoint, as the served-model example
+# names it, through the release's operator (its RBAC for Deployments) and the S3 storage.
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_served_model_example_answers_through_its_service_with_the_projects_token(
+    release: Release,
+) -> None:
+    example = REPO_ROOT / "examples" / "kubernetes" / "served-model.yaml"
+    h.kubectl("apply", "-f", str(example), namespace=PROJECT)
+
+    def ready() -> dict[str, Any] | None:
+        found = h.kubectl_json("get", "servedmodel", "arith-chat", namespace=PROJECT)
+        status: dict[str, Any] = found.get("status") or {}
+        return status if status.get("phase") == "Ready" and status.get("checkpoint") else None
+
+    status = release.wait_for("the served model to be Ready", ready, seconds=600)
+    assert status["checkpoint"]["run"] == "multinode-sft"
+    assert status["readyReplicas"] == 2
+    service = h.kubectl_json("get", "service", "arith-chat", namespace=PROJECT)
+    base = f"http://{service['spec']['clusterIP']}:8000/v1"
+    headers = {"Authorization": f"Bearer {release.token}"}
+    models = httpx.get(f"{base}/models", headers=headers, timeout=30)
+    assert models.status_code == 200, models.text
+    (card,) = models.json()["data"]
+    assert (card["id"], card["root"]) == ("arith-chat", f"checkpoint-{status['checkpoint']['id']}")
+    answer = httpx.post(
+        f"{base}/completions",
+        json={"model": "arith-chat", "prompt": "3+4=", "max_tokens": 3, "temperature": 0},
+        headers=headers,
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    assert httpx.get(f"{base}/models", timeout=30).status_code == 401
+    with CrucibleClient(release.url, release.token) as api:
+        (deployment,) = api.list_deployments(project=PROJECT).items
+    assert deployment.serving_checkpoint_id == status["checkpoint"]["id"]
+    h.kubectl("delete", "-f", str(example), "--timeout=120s", namespace=PROJECT)
 
 
 # Past its own waits (a step to evict at, the run) and, as the last test, the release's

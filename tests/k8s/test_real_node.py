@@ -11,14 +11,18 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import pytest
 
 from crucible.client import ApiError, CrucibleClient
 from crucible.demo.loop import QUICK, loop_manifests
-from crucible.domain.enums import Phase
+from crucible.domain.enums import Phase, Role
+from crucible.schemas.tenancy import TokenCreate
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import ADMIN_TOKEN, Stack
 from tests.k8s.real_node import (
@@ -331,3 +335,124 @@ def test_an_image_that_cannot_be_pulled_fails_the_run_with_the_reason(
     attempts = real_stack.get(f"/runs/{failed.id}/attempts")
     assert attempts[-1]["end_reason"] == "ImagePullFailed", attempts
     assert "crucible.local/does-not-exist:1" in attempts[-1]["message"], attempts
+
+
+# --- a served checkpoint ----------------------------------------------------------------------
+
+
+def _served_status(namespace: str, name: str) -> dict[str, Any]:
+    found = h.kubectl("get", "servedmodel", name, "-o", "json", namespace=namespace, check=False)
+    return (json.loads(found).get("status") or {}) if found else {}
+
+
+def _wait_served(stack: Stack, namespace: str, name: str, checkpoint: int) -> None:
+    """Ready on `checkpoint` with no pod of another template left (a roll finished)."""
+
+    def settled() -> bool:
+        status = _served_status(namespace, name)
+        pods = h.kubectl_json(
+            "get", "pods", "-l", f"crucible.dev/served-model={name}", namespace=namespace
+        )["items"]
+        return (
+            status.get("phase") == "Ready"
+            and (status.get("checkpoint") or {}).get("id") == checkpoint
+            and len(pods) == status.get("replicas")
+        )
+
+    stack.wait_for(f"{name} serving checkpoint {checkpoint} alone", settled, seconds=420)
+
+
+def _streamed(base: str, token: str) -> str:
+    """One streamed completion on a connection of its own (so a pod's going away can only
+    cut a request in flight, never an idle kept-alive connection): 'ok' or what went wrong."""
+    body = {"model": "arith", "prompt": "12+7=", "max_tokens": 24, "stream": True}
+    body["ignore_eos"] = True
+    try:
+        with (
+            httpx.Client(timeout=60, headers={"Connection": "close"}) as client,
+            client.stream(
+                "POST",
+                f"{base}/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {token}"},
+            ) as answer,
+        ):
+            if answer.status_code != 200:
+                return f"HTTP {answer.status_code}: {answer.read().decode()[:200]}"
+            lines = [line for line in answer.iter_lines() if line.startswith("data: ")]
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok" if lines and lines[-1] == "data: [DONE]" else f"cut short: {lines[-1:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_served_checkpoint_answers_through_its_service_and_a_promotion_drops_no_request(
+    storage_ns: str, real_stack: Stack
+) -> None:
+    sft = sft_run(storage_ns, "sv-sft", "sv-teacher", checkpoints={"everySteps": 20})
+    sft["spec"]["config"]["train"]["steps"] = 40
+    h.apply(teacher(storage_ns, "sv"), sft)
+    run = wait_runs(real_stack, storage_ns, ["sv-sft"], seconds=600)["sv-sft"]
+    assert run.phase == Phase.Succeeded, (run, real_stack.logs())
+    with CrucibleClient(real_stack.url, ADMIN_TOKEN) as api:
+        steps = sorted((c.step, c.id) for c in api.list_checkpoints(run.id).items)
+        reader = TokenCreate(name="a client", project=storage_ns, role=Role.viewer)
+        token = api.create_token(reader).token
+    (_, first), (_, last) = steps[0], steps[-1]
+
+    served = {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "ServedModel",
+        "metadata": {"name": "arith", "namespace": storage_ns},
+        "spec": {"checkpoint": {"id": first}, "replicas": 1},
+    }
+    h.apply(served)
+    _wait_served(real_stack, storage_ns, "arith", first)
+    service = h.kubectl_json("get", "service", "arith", namespace=storage_ns)
+    base = f"http://{service['spec']['clusterIP']}:8000/v1"  # kube-proxy routes it from here
+
+    # The OpenAI client, with a Crucible token of the project.
+    client = openai.OpenAI(base_url=base, api_key=token, max_retries=0, timeout=60)
+    (card,) = client.models.list().data
+    assert (card.id, (card.model_extra or {})["root"]) == ("arith", f"checkpoint-{first}")
+    answer = client.completions.create(model="arith", prompt="3+4=", max_tokens=3, temperature=0)
+    assert answer.usage is not None and answer.usage.completion_tokens >= 1, answer
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=base, api_key="cru_wrong", max_retries=0).models.list()
+
+    # Promoted under load: streams keep coming while the new pod starts, takes over and the
+    # old one drains; none of them is refused or cut short.
+    stop = threading.Event()
+
+    def keep_asking() -> list[str]:
+        outcomes = []
+        while not stop.is_set():
+            outcomes.append(_streamed(base, token))
+        return outcomes
+
+    with ThreadPoolExecutor(2) as pool:
+        clients = [pool.submit(keep_asking) for _ in range(2)]
+        time.sleep(2)
+        h.kubectl(
+            "patch",
+            "servedmodel",
+            "arith",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"checkpoint": {"id": last}}}),
+            namespace=storage_ns,
+        )
+        try:
+            _wait_served(real_stack, storage_ns, "arith", last)
+            time.sleep(2)  # past the old pod's going
+        finally:
+            stop.set()
+        outcomes = [o for c in clients for o in c.result()]
+    failures = [o for o in outcomes if o != "ok"]
+    assert not failures and len(outcomes) >= 10, (len(outcomes), failures[:5])
+    (card,) = client.models.list().data
+    assert (card.model_extra or {})["root"] == f"checkpoint-{last}"
+    with CrucibleClient(real_stack.url, ADMIN_TOKEN) as api:
+        (deployment,) = api.list_deployments(project=storage_ns).items
+    assert (deployment.name, deployment.serving_checkpoint_id) == ("arith", last)

@@ -1,5 +1,5 @@
 """Every resource under examples/ is one the REST API (and so the CRDs, generated from the
-same models) accepts, and a Kubernetes example that runs a command of its own names its
+same models) accepts (a ServedModel: its spec model, which the CRD is generated from too), and a Kubernetes example that runs a command of its own names its
 image (the operator's default image holds the reference workloads). Files named
 `*-values.yaml` are Helm values for the chart, checked against its values schema."""
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from crucible.domain.specs import Manifest
+from crucible.domain.specs import Manifest, ServedModelManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -25,6 +25,9 @@ def test_example_is_valid(path: Path) -> None:
     documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert documents, f"{path} holds no resource"
     for document in documents:
+        if document["kind"] == "ServedModel":
+            ServedModelManifest.model_validate(document)
+            continue
         MANIFEST.validate_python(document)
         spec = document["spec"]
         if path.parent.name == "kubernetes" and spec.get("command"):
@@ -35,6 +38,7 @@ def test_there_are_kubernetes_examples() -> None:
     assert {p.name for p in (EXAMPLES / "kubernetes").glob("*.yaml")} >= {
         "multi-node-sft.yaml",
         "loop.yaml",
+        "served-model.yaml",
     }
 
 

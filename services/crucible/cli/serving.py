@@ -90,6 +90,7 @@ def serve_checkpoint(
         tokenizer=tokenizer,
         api_keys=api_keys,
         token_check=token_check,
+        model_root=f"checkpoint-{record.id}",
     )
     console.print(
         f"serving {model_name} (run {record.run_id}, step {record.step}) on "

@@ -546,6 +546,13 @@ class EvalJobManifest(_Manifest):
     spec: EvalJobSpec
 
 
+class ServedModelManifest(_Manifest):
+    """Not a run: the operator serves it (docs/serving.md); it is not submitted as one."""
+
+    kind: Literal["ServedModel"]
+    spec: ServedModelSpec
+
+
 Manifest = Annotated[
     TrainingRunManifest | RolloutJobManifest | EvalJobManifest, Field(discriminator="kind")
 ]

@@ -59,9 +59,11 @@ class Endpoints:
         model_name: str,
         tokenizer: Tokenizer,
         metrics: EngineMetrics,
+        model_root: str | None = None,
     ) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.model_root = model_root
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.logprobs = LogprobFormatter(tokenizer)
@@ -73,6 +75,7 @@ class Endpoints:
             created=self.created,
             owned_by="crucible",
             max_model_len=self.engine.max_sequence_tokens,
+            root=self.model_root,
         )
         return ModelList(data=[card])
 

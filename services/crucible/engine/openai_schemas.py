@@ -310,6 +310,8 @@ class ModelCard(BaseModel):
     owned_by: str
     max_model_len: int
     """vLLM's extension: the longest prompt plus completion the server takes."""
+    root: str | None = None
+    """vLLM's extension: what the model is loaded from (for Crucible, `checkpoint-<id>`)."""
 
 
 class ModelList(BaseModel):

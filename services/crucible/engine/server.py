@@ -38,13 +38,19 @@ def create_engine_app(
     tokenizer: Tokenizer,
     api_keys: Sequence[str] = (),
     token_check: TokenCheck | None = None,
+    model_root: str | None = None,
 ) -> FastAPI:
     """The API over `engine`, which the app starts when it starts serving and stops at
-    shutdown. Clients send one of `api_keys`, or a token `token_check` allows."""
+    shutdown. Clients send one of `api_keys`, or a token `token_check` allows;
+    `model_root` is what /v1/models says the model is loaded from."""
     require_key = require_api_key(api_keys, token_check)
     engine_metrics = EngineMetrics(engine)
     endpoints = Endpoints(
-        engine, model_name=model_name, tokenizer=tokenizer, metrics=engine_metrics
+        engine,
+        model_name=model_name,
+        tokenizer=tokenizer,
+        metrics=engine_metrics,
+        model_root=model_root,
     )
 
     @contextlib.asynccontextmanager
