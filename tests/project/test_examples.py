@@ -1,7 +1,8 @@
 """Every resource under examples/ is one the REST API (and so the CRDs, generated from the
-same models) accepts (a ServedModel: its spec model, which the CRD is generated from too), and a Kubernetes example that runs a command of its own names its
-image (the operator's default image holds the reference workloads). Files named
-`*-values.yaml` are Helm values for the chart, checked against its values schema."""
+same models) accepts (a ServedModel: its spec model, which its CRD is generated from), and
+a Kubernetes example that runs a command of its own names its image (the operator's
+default image holds the reference workloads). Files named `*-values.yaml` are Helm values
+for the chart, checked against its values schema."""
 
 import json
 from pathlib import Path
