@@ -195,7 +195,7 @@ def storage_ns(namespace: str, shared_dir: Path, real_stack: Stack) -> Iterator[
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1620)
+@pytest.mark.timeout(2220)  # the loop (1,400 s at most), then the rollouts on 4 pods
 def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
@@ -246,8 +246,25 @@ def test_the_loop_applied_with_kubectl_runs_end_to_end_on_real_pods(
         assert sft[-1].scores["accuracy"] > sft[0].scores["accuracy"]
         assert api.list_run_evals(by_name["rn-rl"].id)
 
+    # The rollouts again on four replicas, each a pod sampling its share of the prompts:
+    # the same dataset, to the digest.
+    (rollouts,) = [m for m in manifests if m["metadata"]["name"] == "rn-rollouts"]
+    fanned = json.loads(json.dumps(rollouts))
+    fanned["metadata"]["name"] = "rn-rollouts-x4"
+    fanned["spec"].update(output="rn-rollouts-x4", replicas=4)
+    h.kubectl("apply", "-f", "-", input=json.dumps(fanned))
+    fanned_run = wait_runs(real_stack, storage_ns, ["rn-rollouts-x4"], seconds=600)[
+        "rn-rollouts-x4"
+    ]
+    assert fanned_run.phase == Phase.Succeeded, (fanned_run.message, real_stack.logs())
+    with CrucibleClient(real_stack.url, ADMIN_TOKEN) as api:
+        one = api.resolve_dataset(storage_ns, "rn-rollouts@latest")
+        four = api.resolve_dataset(storage_ns, "rn-rollouts-x4@latest")
+    assert (four.digest, four.record_count) == (one.digest, one.record_count)
+
     pods = h.kubectl_json("get", "pods", "-o", "json", namespace=storage_ns)["items"]
-    assert len(pods) >= len(runs), [p["metadata"]["name"] for p in pods]
+    assert len(pods) >= len(runs) + 4, [p["metadata"]["name"] for p in pods]
+    assert sum(p["metadata"]["name"].startswith("rn-rollouts-x4") for p in pods) == 4
     assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE}
     assert all(p["status"]["phase"] == "Succeeded" for p in pods), [
         (p["metadata"]["name"], p["status"].get("phase")) for p in pods
