@@ -3,13 +3,16 @@ statuses, its limits (a rejected batch writes nothing), tokens as the MLflow cli
 them, and nothing of another project visible or writable."""
 
 import base64
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.conftest import bearer, make_project, make_token, submit
+from tests.conftest import bearer, make_project, make_token, postgres_only, submit
+from tests.servers import app_in_thread
 
 API = "/mlflow/api/2.0/mlflow"
 ARTIFACTS = "/mlflow/api/2.0/mlflow-artifacts/artifacts"
@@ -367,3 +370,31 @@ def test_metric_history_and_its_bulk_interval(client: TestClient, tokens: dict[s
         400,
         "INVALID_PARAMETER_VALUE",
     )
+
+
+@postgres_only
+def test_batches_sent_at_once_to_one_run_lose_no_param_or_tag(
+    app: FastAPI, tokens: dict[str, str], client: TestClient
+) -> None:
+    """As the Hugging Face Trainer's callback sends its params: several log-batch calls in
+    flight together, each adding keys to the same run's params and tags."""
+    token = tokens["vision"]
+    run_id = new_run(client, token)
+
+    def send(part: int) -> int:
+        body = {
+            "run_id": run_id,
+            "params": [{"key": f"p{part}_{i}", "value": str(i)} for i in range(20)],
+            "tags": [{"key": f"t{part}_{i}", "value": str(i)} for i in range(20)],
+        }
+        answer = httpx.post(f"{url}{API}/runs/log-batch", json=body, headers=bearer(token))
+        return answer.status_code
+
+    with app_in_thread(app) as url, ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(send, range(8))) == [200] * 8
+    data = ok(call(client, token, "GET", "/runs/get", params={"run_id": run_id}))["run"]["data"]
+    params = {p["key"] for p in data["params"]}
+    tags = {t["key"] for t in data["tags"]}
+    expected = {f"{part}_{i}" for part in range(8) for i in range(20)}
+    assert {k[1:] for k in params if k[0] == "p"} == expected
+    assert {k[1:] for k in tags if k[0] == "t"} == expected

@@ -3,7 +3,8 @@
 from collections.abc import Mapping
 from typing import Any, Final
 
-ORIGIN_ANNOTATION: Final = "crucible.dev/origin"
+from crucible.domain.resources import ANNOTATION_ORIGIN as ORIGIN_ANNOTATION
+
 ORIGIN_MLFLOW: Final = "mlflow"
 
 

@@ -32,6 +32,9 @@ LABEL_RUN = f"{GROUP}/run"
 # On a custom resource the control plane created for a REST submission: the run's id.
 ANNOTATION_RUN_ID = f"{GROUP}/run-id"
 
+# On the manifest of a run no backend executes (an MLflow client created it): who did.
+ANNOTATION_ORIGIN = f"{GROUP}/origin"
+
 # Run tags under this prefix are the platform's own (a reproduction does not copy them).
 TAG_PREFIX = f"{GROUP}/"
 TAG_REPRODUCES = f"{TAG_PREFIX}reproduces"  # on a reproduction: the id of the run it repeats

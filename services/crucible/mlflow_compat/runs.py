@@ -40,16 +40,21 @@ from crucible.mlflow_compat.errors import INVALID_STATE, MlflowError, invalid
 REASON_MLFLOW = "MlflowClient"
 
 
-def load(session: Session, caller: Caller, run_id: str, role: Role) -> Run:
-    run = session.get(Run, ids.parse_id(run_id, "Run"))
+def load(
+    session: Session, caller: Caller, run_id: str, role: Role, *, for_update: bool = False
+) -> Run:
+    run = session.get(Run, ids.parse_id(run_id, "Run"), with_for_update=for_update)
     caller.owns(run.project_id if run else None, role, entity="Run", key=run_id)
     assert run is not None
     return run
 
 
 def load_active(session: Session, caller: Caller, run_id: str) -> Run:
-    """A run to write to: MLflow refuses writes to a deleted run."""
-    run = load(session, caller, run_id, Role.editor)
+    """A run to write to, locked until the transaction ends: its params and tags are read,
+    merged and written back, and the client sends batches at once (the Trainer's callback
+    logs its params asynchronously), which would otherwise lose each other's keys. MLflow
+    refuses writes to a deleted run."""
+    run = load(session, caller, run_id, Role.editor, for_update=True)
     if run.deleted_at is not None:
         raise MlflowError(
             INVALID_STATE,
