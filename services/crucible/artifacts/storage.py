@@ -4,7 +4,12 @@ Local writes are atomic: into a temporary directory, fsynced, then renamed to th
 name, so a reader never sees a half-written directory under a final name.
 """
 
+import fcntl
 import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -56,3 +61,37 @@ def commit_dir(temp: Path, final: Path) -> None:
     fsync_tree(temp)
     os.rename(temp, final)
     fsync_dir(final.parent)
+
+
+# -- copies in a download cache that several processes share ----------------------------------
+
+
+@contextmanager
+def cache_entry_lock(folder: Path) -> Iterator[Path]:
+    """Hold `folder`'s lock (made if missing) while one process checks for or downloads what
+    goes in it: torchrun's local ranks share a pod's cache, and one download is enough."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder.parent / f"{folder.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
+
+
+def private_temp(target: Path) -> Path:
+    """A temporary sibling of `target` that no other process writes or removes."""
+    return target.with_name(f"{TEMP_PREFIX}{target.name}.{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def move_into_place(partial: Path, target: Path) -> None:
+    """Rename a complete, verified copy to `target`. A copy another process put there
+    meanwhile (a directory cannot be renamed over) holds the same bytes: this one goes."""
+    try:
+        partial.rename(target)
+    except OSError:
+        if not target.exists():
+            raise
+        remove(partial)
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.unlink(missing_ok=True)

@@ -2,7 +2,6 @@
 digest, the run that made them and what they were made from; and artifacts a run reads,
 verified and recorded as its inputs."""
 
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -94,12 +93,16 @@ def fetch(client: CrucibleClient, *, project: str, ref: str, cache_dir: Path) ->
     local files. One on object storage is downloaded first, into `cache_dir/<digest>/`."""
     artifact = find(client, project, ref)
     path = storage.local_path(artifact.uri)
-    if path is None:
-        path = cache_dir / artifact.digest.removeprefix("sha256:") / _stored_name(artifact.uri)
-        if not path.exists():
+    if path is not None:
+        _verify(artifact, path)
+        return InputArtifact(artifact, path)
+    # The processes of one pod share the cache: one downloads, the others wait and verify.
+    with storage.cache_entry_lock(cache_dir / artifact.digest.removeprefix("sha256:")) as folder:
+        path = folder / _stored_name(artifact.uri)
+        if path.exists():
+            _verify(artifact, path)  # a cached copy: checked again
+        else:
             _download_verified(artifact, path)
-            return InputArtifact(artifact, path)
-    _verify(artifact, path)  # a local artifact, or a cached copy: checked again
     return InputArtifact(artifact, path)
 
 
@@ -130,22 +133,16 @@ def _verify(artifact: ArtifactPublic, path: Path) -> None:
 def _download_verified(artifact: ArtifactPublic, path: Path) -> None:
     """Download beside `path` and rename it into place only once it matches the digest, so
     the cache never keeps a partial or changed copy."""
-    partial = path.with_name(storage.TEMP_PREFIX + path.name)
-    _remove(partial)
+    partial = storage.private_temp(path)
     try:
         if remote.size(artifact.uri) is None:
             raise ArtifactCorrupt(f"artifact {artifact.id} is missing: nothing at {artifact.uri}")
         remote.download(artifact.uri, partial)
         _verify(artifact, partial)
     except BaseException:
-        _remove(partial)
+        storage.remove(partial)
         raise
-    partial.rename(path)
-
-
-def _remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    path.unlink(missing_ok=True)
+    storage.move_into_place(partial, path)
 
 
 def copy_verified(artifact: ArtifactPublic, target: Path) -> None:

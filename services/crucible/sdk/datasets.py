@@ -2,7 +2,6 @@
 versions it produced). `crucible datasets` copies and registers through the same functions,
 with no run."""
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -73,26 +72,27 @@ def copy_verified(version: DatasetVersionPublic, target: Path) -> None:
     """Copy the version's file or directory (`file://` or object storage) to `target`, which
     must not exist, and check the copy against the version's digest.
 
-    The copy is written under a temporary sibling name and renamed to `target` only once it
-    matches, so a failure (files missing or changed, storage unreachable) leaves nothing
-    at `target`."""
-    partial = target.with_name(storage.TEMP_PREFIX + target.name)
-    _remove(partial)
+    The copy is written under a temporary sibling name of this process's own and renamed to
+    `target` only once it matches, so a failure (files missing or changed, storage
+    unreachable) leaves nothing at `target`, and another process copying the same version
+    never sees or removes this one's partial copy."""
+    partial = storage.private_temp(target)
     try:
         _download(version, partial)
         verify(version, partial)
     except BaseException:
-        _remove(partial)
+        storage.remove(partial)
         raise
-    partial.rename(target)
+    storage.move_into_place(partial, target)
 
 
 def _cached_copy(version: DatasetVersionPublic, cache_dir: Path) -> Path:
-    path = cache_dir / version.digest.removeprefix("sha256:") / stored_name(version)
-    if path.exists():
-        verify(version, path)
-    else:
-        copy_verified(version, path)
+    with storage.cache_entry_lock(cache_dir / version.digest.removeprefix("sha256:")) as folder:
+        path = folder / stored_name(version)
+        if path.exists():
+            verify(version, path)
+        else:
+            copy_verified(version, path)
     return path
 
 
@@ -108,11 +108,6 @@ def _download(version: DatasetVersionPublic, local: Path) -> None:
             f"dataset {version.ref} could not be read from {version.uri}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-
-
-def _remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    path.unlink(missing_ok=True)
 
 
 def publish(
