@@ -3,8 +3,9 @@
 from collections.abc import Mapping
 from typing import Any, Final
 
-from crucible.domain.resources import ANNOTATION_ORIGIN as ORIGIN_ANNOTATION
+from crucible.domain.resources import ANNOTATION_ORIGIN
 
+ORIGIN_ANNOTATION: Final = ANNOTATION_ORIGIN
 ORIGIN_MLFLOW: Final = "mlflow"
 
 
