@@ -130,7 +130,7 @@ def ensure_mlflow_venv(venv: Path) -> Path:
     """The venv's python, with MLFLOW_REQUIREMENTS installed (pip retries each download)."""
     python = venv / "bin" / "python"
     wanted = MLFLOW_REQUIREMENTS[0].split("==")[1]
-    if python.exists() and _mlflow_version(python) == wanted:
+    if python.exists() and installed_mlflow_version(python) == wanted:
         return python
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     for attempt in range(3):
@@ -141,7 +141,7 @@ def ensure_mlflow_venv(venv: Path) -> Path:
     raise RuntimeError(f"could not install {' '.join(MLFLOW_REQUIREMENTS)} into {venv}")
 
 
-def _mlflow_version(python: Path) -> str:
+def installed_mlflow_version(python: Path) -> str:
     result = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.version('mlflow'))"],
         capture_output=True,
@@ -244,6 +244,35 @@ def crucible_server(url: str, token: str, port: int, workers: int, home: Path) -
     }
     health = f"http://127.0.0.1:{port}/readyz"
     return server(command, env, health, home / "crucible.log", "crucible server")
+
+
+@dataclass(frozen=True)
+class Servers:
+    mlflow_url: str
+    crucible_url: str
+    mlflow_database: str
+    crucible_database: str
+
+
+@contextmanager
+def both_servers(
+    python: Path, admin_url: str, prefix: str, workers: int, token: str, home: Path
+) -> Iterator[Servers]:
+    """`mlflow server` and `crucible server` (admin token `token`), `workers` workers each, on
+    fresh databases `<prefix>_mlflow` and `<prefix>_crucible` of admin_url's server; both
+    stopped and both databases dropped on exit."""
+    with ExitStack() as stack:
+        mlflow_database = stack.enter_context(fresh_database(admin_url, f"{prefix}_mlflow"))
+        crucible_database = stack.enter_context(fresh_database(admin_url, f"{prefix}_crucible"))
+        mlflow_port, crucible_port = free_port(), free_port()
+        stack.enter_context(mlflow_server(python, mlflow_database, mlflow_port, workers, home))
+        stack.enter_context(crucible_server(crucible_database, token, crucible_port, workers, home))
+        yield Servers(
+            mlflow_url=f"http://127.0.0.1:{mlflow_port}",
+            crucible_url=f"http://127.0.0.1:{crucible_port}",
+            mlflow_database=mlflow_database,
+            crucible_database=crucible_database,
+        )
 
 
 # --- the two systems through their REST APIs -------------------------------------------------
@@ -781,35 +810,39 @@ def crucible_commit() -> str:
     return git("rev-parse", "HEAD") + (" (with uncommitted changes in services/)" if dirty else "")
 
 
+def run_machine(
+    database_version: dict[str, Any],
+    mlflow_version: str,
+    load_at_start: tuple[float, float, float],
+    load_during_run: dict[str, Any],
+) -> dict[str, Any]:
+    """The results file's `machine`: metrics_bench.machine's, the versions and the load."""
+    return database_version | {
+        "mlflow": mlflow_version,
+        "crucible_commit": crucible_commit(),
+        "shared": "2 cores shared with other jobs; see the load averages",
+        "load_avg_at_start": [round(x, 2) for x in load_at_start],
+        "load_avg_1m_during_run": load_during_run,
+    }
+
+
 def main() -> None:
     config = parse_args()
     python = ensure_mlflow_venv(MLFLOW_VENV)
-    mlflow_version = _mlflow_version(python)
+    mlflow_version = installed_mlflow_version(python)
     load_at_start = os.getloadavg()
     sampler = LoadSampler()
     token = f"cru_bench-{secrets.token_hex(16)}"
     trackers: dict[str, Tracker]
     with ExitStack() as stack:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tracking-bench-")))
-        mlflow_url = stack.enter_context(
-            fresh_database(config.database_url, "crucible_bench_mlflow")
-        )
-        crucible_url = stack.enter_context(
-            fresh_database(config.database_url, "crucible_bench_crucible")
-        )
-        mlflow_port, crucible_port = free_port(), free_port()
-        stack.enter_context(mlflow_server(python, mlflow_url, mlflow_port, config.workers, home))
-        stack.enter_context(
-            crucible_server(crucible_url, token, crucible_port, config.workers, home)
+        servers = stack.enter_context(
+            both_servers(python, config.database_url, "crucible_bench", config.workers, token, home)
         )
         trackers = {
-            "MLflow": Mlflow(
-                f"http://127.0.0.1:{mlflow_port}", ingest_points=config.mlflow_ingest_points
-            ),
+            "MLflow": Mlflow(servers.mlflow_url, ingest_points=config.mlflow_ingest_points),
             "Crucible": Crucible(
-                f"http://127.0.0.1:{crucible_port}",
-                token,
-                ingest_points=config.crucible_ingest_points,
+                servers.crucible_url, token, ingest_points=config.crucible_ingest_points
             ),
         }
         print(f"MLflow {mlflow_version} and Crucible serving; seeding both", flush=True)
@@ -818,23 +851,16 @@ def main() -> None:
             seeded = {name: future.result() for name, future in futures.items()}
         for name, done in seeded.items():
             print(f"seeded {name} in {done.seconds}", flush=True)
-        for url in (mlflow_url, crucible_url):
+        for url in (servers.mlflow_database, servers.crucible_database):
             vacuum_analyze(url)
         raw = measure_all(trackers, seeded, config)
-        database_version = machine(crucible_url)
+        database_version = machine(servers.crucible_database)
     load_during_run = sampler.stop()
 
     document = {
         "name": "tracking_vs_mlflow",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": database_version
-        | {
-            "mlflow": mlflow_version,
-            "crucible_commit": crucible_commit(),
-            "shared": "2 cores shared with other jobs; see the load averages",
-            "load_avg_at_start": [round(x, 2) for x in load_at_start],
-            "load_avg_1m_during_run": load_during_run,
-        },
+        "machine": run_machine(database_version, mlflow_version, load_at_start, load_during_run),
         "config": {
             "workers_each": config.workers,
             "clients": config.clients,
