@@ -5,6 +5,7 @@ Marked slow: the first run installs the client (tests/mlflow/mlflow_env.py), lat
 it; the scripts import torch, which takes seconds on its own."""
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import make_project, make_token, postgres_only
 from tests.mlflow.mlflow_env import run_with_mlflow
-from tests.servers import app_in_thread
+from tests.servers import app_in_thread, crucible
 
 pytestmark = [pytest.mark.slow, postgres_only]
 HERE = Path(__file__).parent
@@ -74,6 +75,12 @@ def test_fluent_script_logs_to_crucible_objects(served: tuple[str, str], admin: 
     assert dataset_input["label"] == "toy-frame@1"
     version = _get(admin, f"/datasets/versions/{dataset_input['dataset_version_id']}")
     assert version["schema"]["mlflow"]["dataset"]["name"] == "toy-frame"
+
+    # The same run through Crucible's CLI, with the same token.
+    cli = {**os.environ, "CRUCIBLE_API_URL": url, "CRUCIBLE_TOKEN": token, "COLUMNS": "200"}
+    shown = crucible(cli, "runs", "show", str(run_id))
+    assert shown.returncode == 0, shown.stderr
+    assert run["name"] in shown.stdout and "Succeeded" in shown.stdout, shown.stdout
 
 
 def test_hugging_face_trainer_logs_unchanged(served: tuple[str, str], admin: TestClient) -> None:
