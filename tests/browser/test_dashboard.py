@@ -95,7 +95,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         dataset = _call(client, "POST", "/datasets/versions", json=sums)
         _call(client, "POST", f"/runs/{rid}/inputs", json={"dataset_version_id": dataset["id"]})
 
-        def checkpoint(step: int, attempt: int, accuracy: float) -> None:
+        def checkpoint(step: int, attempt: int, accuracy: float) -> int:
             body = {
                 "step": step,
                 "uri": f"file:///ckpt/{step}",
@@ -107,6 +107,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
             scores = {"accuracy": accuracy, "loss": 1 - accuracy}
             result = {"checkpoint_id": saved["id"], "suite": "heldout", "scores": scores}
             _call(client, "POST", "/evals", json={**result, "eval_run_id": eval_run["id"]})
+            return int(saved["id"])
 
         def phase(name: str, reason: str = "", message: str = "") -> None:
             report = {"phase": name, "reason": reason, "message": message}
@@ -137,7 +138,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         _call(client, "PUT", f"/runs/{rid}/attempts/2/environment", json=packages)
         phase("Running")
         log(250, STEPS)
-        checkpoint(500, 2, 0.798)
+        newest = checkpoint(500, 2, 0.798)
         for index in range(NEWER_RUNS):
             lr = 10 ** -(index % 5)
             sweep = submit("TrainingRun", f"sweep-{index:02d}", {"config": {"lr": lr}})
@@ -169,6 +170,18 @@ def _seed(server: LocalServer) -> dict[str, Any]:
             for index in range(12)
         ]
         _call(client, "PUT", "/clusters/kubernetes/report", json={"nodes": nodes, "pods": []})
+        # And what the operator reports of a ServedModel following the run's latest checkpoint,
+        # served by two ready pods.
+        served = {
+            "uid": "served-1",
+            "checkpoint": {"run": _call(client, "GET", f"/runs/{rid}")["name"]},
+            "replicas": 2,
+            "ready_replicas": 2,
+            "serving_checkpoint_id": newest,
+            "phase": "Ready",
+            "url": "http://arith-chat.default.svc:8000/v1",
+        }
+        _call(client, "PUT", "/deployments/kubernetes/default/arith-chat", json=served)
         # The second attempt's output, where the local executor would have written it.
         log = log_path(server.home, rid, 2)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -260,5 +273,6 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
         "lineage.png",
         "checkpoint.png",
         "cluster.png",
+        "deployments.png",
     ):
         assert (screenshots / name).stat().st_size > 10_000, f"{name} looks empty"

@@ -345,6 +345,16 @@ try {
   check((await waiting.innerText()).includes(`${runName}-eval`), 'the pending eval is among the waiting runs');
   await page.screenshot({ path: join(screenshots, 'cluster.png') });
 
+  await page.getByRole('navigation', { name: 'Sections' }).getByRole('link', { name: 'Deployments' }).click();
+  await page.getByRole('heading', { name: 'Deployments', exact: true }).waitFor();
+  const served = await page.getByRole('table', { name: 'Deployments' }).innerText();
+  check(
+    served.includes('arith-chat') && served.includes(`${runName} step 500`) && served.includes('2 / 2'),
+    'the deployments page says which checkpoint each serves and how many pods are ready',
+  );
+  check(served.includes('serving what it names'), 'a deployment on the checkpoint its reference names says so');
+  await page.screenshot({ path: join(screenshots, 'deployments.png') });
+
   check(!page.url().includes(token), 'the token never appears in the URL');
   check(!consoleText.some((text) => text.includes(token)), 'the token never reaches the console');
 
