@@ -182,6 +182,19 @@ def _seed(server: LocalServer) -> dict[str, Any]:
             "url": "http://arith-chat.default.svc:8000/v1",
         }
         _call(client, "PUT", "/deployments/kubernetes/default/arith-chat", json=served)
+        # A run an MLflow client made, through the routes as its client calls them.
+        mlflow = "/mlflow/api/2.0/mlflow"
+        made = client.post(f"{mlflow}/experiments/create", json={"name": "mlflow-made"})
+        create = {"experiment_id": made.json()["experiment_id"], "run_name": "from-mlflow"}
+        info = client.post(f"{mlflow}/runs/create", json=create).json()["run"]["info"]
+        metrics = [
+            {"key": "loss", "value": 1 / (s + 1), "timestamp": 1_700_000_000_000 + s, "step": s}
+            for s in range(100)
+        ]
+        logged = client.post(
+            f"{mlflow}/runs/log-batch", json={"run_id": info["run_id"], "metrics": metrics}
+        )
+        assert logged.status_code == 200, logged.text
         # The second attempt's output, where the local executor would have written it.
         log = log_path(server.home, rid, 2)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +202,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
             "".join(f"step {s} loss {2.5 * math.exp(-s / 150):.4f}\n" for s in range(250, STEPS))
         )
         seeded: dict[str, Any] = _call(client, "GET", f"/runs/{rid}")
+        seeded["mlflow_run"] = _call(client, "GET", f"/runs/{info['run_id']}")
         return seeded
 
 
@@ -255,6 +269,8 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
                 "SIGNIN_CODE": issue_code(server.home),
                 "RUN_LOG": str(log_path(server.home, run["id"], 2)),
                 "CHROMIUM": CHROMIUM,
+                "MLFLOW_RUN_ID": str(run["mlflow_run"]["id"]),
+                "MLFLOW_RUN_NAME": run["mlflow_run"]["name"],
             }
             e2e = subprocess.run(
                 ["node", str(WEB / "e2e" / "dashboard.e2e.mjs")],

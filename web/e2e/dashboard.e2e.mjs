@@ -22,6 +22,8 @@ const screenshots = env('SCREENSHOT_DIR', join(tmpdir(), 'crucible-screenshots')
 const executablePath = env('CHROMIUM', '/usr/bin/chromium');
 const signInCode = env('SIGNIN_CODE', '');
 const runLog = env('RUN_LOG', '');
+const mlflowRunId = env('MLFLOW_RUN_ID', '');
+const mlflowRunName = env('MLFLOW_RUN_NAME', '');
 
 function check(condition, message) {
   if (!condition) throw new Error(`check failed: ${message}`);
@@ -354,6 +356,14 @@ try {
   );
   check(served.includes('serving what it names'), 'a deployment on the checkpoint its reference names says so');
   await page.screenshot({ path: join(screenshots, 'deployments.png') });
+
+  if (mlflowRunId) {
+    // A run the MLflow client made is a run like any other: its page and its chart.
+    await page.goto(`${baseUrl}/#/runs/${mlflowRunId}`);
+    await page.getByRole('heading', { name: mlflowRunName }).waitFor();
+    await page.locator('[data-testid="chart-loss"] canvas').waitFor();
+    check(true, 'a run logged through the MLflow API has its page and its loss chart');
+  }
 
   check(!page.url().includes(token), 'the token never appears in the URL');
   check(!consoleText.some((text) => text.includes(token)), 'the token never reaches the console');
