@@ -8,7 +8,7 @@ import fcntl
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -76,14 +76,18 @@ def cache_entry_lock(folder: Path) -> Iterator[Path]:
         yield folder
 
 
-def private_temp(target: Path) -> Path:
-    """A temporary sibling of `target` that no other process writes or removes."""
-    return target.with_name(f"{TEMP_PREFIX}{target.name}.{os.getpid()}-{secrets.token_hex(4)}")
-
-
-def move_into_place(partial: Path, target: Path) -> None:
-    """Rename a complete, verified copy to `target`. A copy another process put there
-    meanwhile (a directory cannot be renamed over) holds the same bytes: this one goes."""
+def write_in_place(target: Path, write: Callable[[Path], None]) -> None:
+    """Make `target` with `write(partial)` (which downloads and verifies), into a temporary
+    sibling of this process's own, renamed to `target` only once `write` returned: a failure
+    leaves nothing at `target`, and another process making the same target never sees or
+    removes this one's partial copy. A copy another process put there meanwhile (a directory
+    cannot be renamed over) holds the same bytes: this one goes."""
+    partial = target.with_name(f"{TEMP_PREFIX}{target.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        write(partial)
+    except BaseException:
+        remove(partial)
+        raise
     try:
         partial.rename(target)
     except OSError:

@@ -133,16 +133,14 @@ def _verify(artifact: ArtifactPublic, path: Path) -> None:
 def _download_verified(artifact: ArtifactPublic, path: Path) -> None:
     """Download beside `path` and rename it into place only once it matches the digest, so
     the cache never keeps a partial or changed copy."""
-    partial = storage.private_temp(path)
-    try:
+
+    def fetch_into(partial: Path) -> None:
         if remote.size(artifact.uri) is None:
             raise ArtifactCorrupt(f"artifact {artifact.id} is missing: nothing at {artifact.uri}")
         remote.download(artifact.uri, partial)
         _verify(artifact, partial)
-    except BaseException:
-        storage.remove(partial)
-        raise
-    storage.move_into_place(partial, path)
+
+    storage.write_in_place(path, fetch_into)
 
 
 def copy_verified(artifact: ArtifactPublic, target: Path) -> None:

@@ -70,20 +70,15 @@ def stored_name(version: DatasetVersionPublic) -> str:
 
 def copy_verified(version: DatasetVersionPublic, target: Path) -> None:
     """Copy the version's file or directory (`file://` or object storage) to `target`, which
-    must not exist, and check the copy against the version's digest.
+    must not exist, and check the copy against the version's digest; a failure (files
+    missing or changed, storage unreachable) leaves nothing at `target`
+    (storage.write_in_place)."""
 
-    The copy is written under a temporary sibling name of this process's own and renamed to
-    `target` only once it matches, so a failure (files missing or changed, storage
-    unreachable) leaves nothing at `target`, and another process copying the same version
-    never sees or removes this one's partial copy."""
-    partial = storage.private_temp(target)
-    try:
+    def fetch_into(partial: Path) -> None:
         _download(version, partial)
         verify(version, partial)
-    except BaseException:
-        storage.remove(partial)
-        raise
-    storage.move_into_place(partial, target)
+
+    storage.write_in_place(target, fetch_into)
 
 
 def _cached_copy(version: DatasetVersionPublic, cache_dir: Path) -> Path:
