@@ -4,11 +4,13 @@ batching, the block size, the prefix sharing or the preemptions."""
 import pytest
 import torch
 
+from crucible.engine.blocks import BlockPool, block_hashes
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.paged_gpt import PagedGPT
 from crucible.engine.params import InvalidParameter, SamplingParams
-from crucible.engine.sequence import FinishReason
+from crucible.engine.scheduler import Scheduler
+from crucible.engine.sequence import FinishReason, Sequence
 from crucible.workloads.config import model_preset
 from crucible.workloads.model import GPT
 from crucible.workloads.rollout import generate
@@ -291,13 +293,46 @@ def test_a_model_put_back_in_training_mode_samples_without_dropout(model: GPT) -
 
 def test_the_samples_of_many_prompts_start_within_two_steps(model: GPT) -> None:
     # The first sample of every prompt computes its prompt in step 1; the other samples wait
-    # for those blocks and start in step 2, rather than one prompt's samples a step.
+    # for those blocks and start in step 2, rather than one prompt's samples a step. A step
+    # returns the tokens of the step launched before it.
     prompts = [TOK.encode(f"{i} is the prompt", bos=True) for i in range(4)]
     batched = engine(model)
     ids = [batched.add_request(p, SamplingParams(max_tokens=5, n=3, seed=0)) for p in prompts]
+    assert batched.step() == []
     first, second = batched.step(), batched.step()
     assert {(p.seq.request_id, p.seq.index) for p in first} == {(i, 0) for i in ids}
     assert batched.stats().running == 12 and batched.stats().waiting == 0
     assert len(second) == 12
     # 16 prompt tokens each: 4 blocks, the last recomputed by each later sample.
     assert batched.counters.prompt_tokens == 4 * 16 + 8 * 4
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_prefix_caching_off_gives_every_sequence_blocks_of_its_own(prefix_caching: bool) -> None:
+    pool = BlockPool(num_blocks=16, block_size=4)
+    scheduler = Scheduler(pool, max_running=4, max_prefill_tokens=64, prefix_caching=prefix_caching)
+    prompt = list(range(1, 11))  # two full blocks ahead of the last token, which is computed
+    first, second = (
+        Sequence(id=i, request_id=f"r{i}", index=0, prompt=prompt, params=GREEDY, seed=0, arrival=i)
+        for i in range(2)
+    )
+    scheduler.add(first)
+    scheduler.add(second)
+    plans = [scheduler.plan()]
+    # What the engine does once a prefill has filled blocks: name them for later sharers.
+    for block, name in zip(first.blocks, block_hashes(prompt[:-1], 4), strict=False):
+        pool.name(block, name)
+    plans.append(scheduler.plan())
+    admitted = [[seq.id for seq in plan.prefill] for plan in plans]
+    if prefix_caching:
+        # The second waits a step for the first's prompt blocks, then computes only its tail.
+        assert admitted == [[0], [1]]
+        assert second.blocks[:2] == first.blocks[:2]
+        assert second.blocks[2] != first.blocks[2]
+        assert second.computed == 8
+        assert pool.used == 4
+    else:
+        assert admitted == [[0, 1], []]
+        assert not set(first.blocks) & set(second.blocks)
+        assert second.computed == 0
+        assert pool.used == 6

@@ -26,6 +26,14 @@ class EngineConfig:
     max_prefill_tokens: int = 8192
     """Prompt tokens computed in one step, at most (a longer prompt runs alone)."""
 
+    prefix_caching: bool = True
+    """Sequences whose prompts begin alike share the KV blocks of that beginning (the K
+    samples of one prompt compute it once); off, every sequence computes its own."""
+
+    cuda_graphs: bool = True
+    """On CUDA, replay each decode step from a CUDA graph captured once per bucket of
+    batch sizes (ignored on the CPU)."""
+
     def __post_init__(self) -> None:
         if self.block_size < 1:
             raise ValueError(f"block_size must be positive, got {self.block_size}")

@@ -17,11 +17,14 @@ from torch import Tensor
 
 from crucible.engine.blocks import BlockPool
 from crucible.engine.config import EngineConfig
+from crucible.engine.decode_batch import decode_batch
+from crucible.engine.decode_graphs import DecodeGraphs
+from crucible.engine.in_flight import InFlight
 from crucible.engine.params import InvalidParameter, SamplingParams
 from crucible.engine.runner import ForwardBatch, build_runner, bytes_per_block
 from crucible.engine.sampler import SamplingRows, sample
 from crucible.engine.scheduler import Plan, Scheduler
-from crucible.engine.sequence import FinishReason, Sequence, TokenLogprob
+from crucible.engine.sequence import FinishReason, Sequence, Status, TokenLogprob
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.tokenizer import Tokenizer
 
@@ -96,12 +99,19 @@ class Engine:
             self.pool,
             max_running=config.max_running,
             max_prefill_tokens=config.max_prefill_tokens,
+            prefix_caching=config.prefix_caching,
         )
         self.device = self.runner.device
+        self.graphs: DecodeGraphs | None = None
+        if config.cuda_graphs and self.device.type == "cuda" and self.runner.graph_safe:
+            self.graphs = DecodeGraphs(
+                self.runner, max_rows=config.max_running, block_size=config.block_size
+            )
         self.max_seq_len = self.runner.max_seq_len
         self._requests: dict[str, _Request] = {}
         self._ids = itertools.count()
         self.counters = Counters()
+        self._in_flight: InFlight | None = None
 
     # -- requests ---------------------------------------------------------------------
 
@@ -195,7 +205,10 @@ class Engine:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.scheduler.waiting or self.scheduler.running)
+        if self.scheduler.waiting or self.scheduler.running:
+            return True
+        # A step in flight whose every row was aborted has nothing left to read.
+        return self._in_flight is not None and not all(s.finished for s in self._in_flight.rows)
 
     def generate(self, prompts: Seq[Seq[int]], params: SamplingParams) -> list[RequestOutput]:
         """Completions of every prompt, all queued at once and run to the end."""
@@ -208,31 +221,56 @@ class Engine:
 
     @torch.no_grad()
     def step(self) -> list[Progress]:
+        """Launch the next step, then read the tokens of the one launched before it (what
+        this returns): the device runs the new step while the host handles the last."""
         if self.model.training:
             # The model may be shared with a trainer that switched it back between steps:
             # dropout must not reach the samples.
             self.model.eval()
         plan = self.scheduler.plan()
         self.counters.preemptions += len(plan.preempted)
-        progress: list[Progress] = []
-        if not plan.empty:
-            rows = plan.prefill + plan.decode
-            logits = self._forward(plan)
-            sampled = sample(logits, self._sampling_rows(rows))
-            tokens = sampled.tokens.tolist()
-            logprobs = sampled.logprobs.tolist()
-            top = None
-            if sampled.top_ids is not None and sampled.top_logprobs is not None:
-                top = (sampled.top_ids.tolist(), sampled.top_logprobs.tolist())
-            for row, seq in enumerate(rows):
-                alternatives: list[tuple[int, float]] = []
-                if top is not None and seq.params.top_logprobs:
-                    wanted = seq.params.top_logprobs
-                    alternatives = list(
-                        zip(top[0][row][:wanted], top[1][row][:wanted], strict=True)
-                    )
-                progress.append(self._advance(seq, tokens[row], logprobs[row], alternatives))
+        # A row whose pending token is its last by length ends when that token is read.
+        plan.decode = [s for s in plan.decode if not self._ends_by_length(s)]
+        launched = None if plan.empty else self._launch(plan)
+        progress = self._collect(self._in_flight) if self._in_flight is not None else []
+        self._in_flight = launched
         return progress
+
+    def _launch(self, plan: Plan) -> InFlight:
+        rows = plan.prefill + plan.decode
+        logits = self._forward(plan)
+        sampled = sample(logits, self._sampling_rows(rows))
+        for row, seq in enumerate(rows):
+            # Queued on the device's one stream, this step's writes come before any later
+            # step's reads: its positions count as computed, and its full blocks can be
+            # shared from now on (the samples of one prompt find them in the next plan).
+            seq.computed = seq.length
+            self._name_full_blocks(seq)
+            seq.pending += 1
+            seq.pending_row = row
+        return InFlight(rows, sampled)
+
+    def _collect(self, step: InFlight) -> list[Progress]:
+        drawn = step.read()
+        progress = []
+        for row, seq in enumerate(step.rows):
+            if seq.finished:
+                continue  # ended (or was aborted) while this step ran: its draw is dropped
+            alternatives: list[tuple[int, float]] = []
+            if drawn.top is not None and seq.params.top_logprobs:
+                wanted = seq.params.top_logprobs
+                alternatives = list(
+                    zip(drawn.top[0][row][:wanted], drawn.top[1][row][:wanted], strict=True)
+                )
+            progress.append(
+                self._advance(seq, drawn.tokens[row], drawn.logprobs[row], alternatives)
+            )
+        return progress
+
+    def _ends_by_length(self, seq: Sequence) -> bool:
+        return bool(seq.pending) and (
+            len(seq.output) + seq.pending >= seq.params.max_tokens or seq.length >= self.max_seq_len
+        )
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -249,11 +287,31 @@ class Engine:
             self.counters.prompt_tokens += sum(s.length - s.computed for s in plan.prefill)
             parts.append(self.runner.forward(self._batch(plan.prefill)))
         if plan.decode:
-            parts.append(self.runner.forward(self._batch(plan.decode)))
+            parts.append(self._decode(plan.decode))
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
+    def _decode(self, seqs: list[Sequence]) -> Tensor:
+        graphs = self.graphs
+        bucket = graphs.bucket(len(seqs)) if graphs is not None else None
+        if graphs is not None and bucket is not None:
+            rows, width = bucket, graphs.table_width
+        else:
+            rows, width = len(seqs), max(len(s.blocks) for s in seqs)
+        batch = decode_batch(
+            seqs,
+            rows=rows,
+            table_width=width,
+            block_size=self.pool.block_size,
+            scratch_block=self.runner.scratch_block,
+            device=self.device,
+            in_flight=self._in_flight.device_tokens if self._in_flight is not None else None,
+        )
+        if graphs is not None and bucket is not None:
+            return graphs.forward(batch, len(seqs))
+        return self.runner.forward(batch)
+
     def _batch(self, seqs: list[Sequence]) -> ForwardBatch:
-        """Each sequence's uncomputed tokens as one padded batch."""
+        """Each sequence's uncomputed tokens as one padded batch (a prompt's forward)."""
         size = self.pool.block_size
         width = max(s.length - s.computed for s in seqs)
         table_width = max(len(s.blocks) for s in seqs)
@@ -304,19 +362,24 @@ class Engine:
         self, seq: Sequence, token: int, logprob: float, top: list[tuple[int, float]]
     ) -> Progress:
         """Record the sampled token, name the blocks it filled, retire the sequence if done."""
-        seq.computed = seq.length
-        self._name_full_blocks(seq)
+        seq.pending -= 1
         seq.output.append(token)
+        if seq.status is Status.RUNNING:
+            self._name_full_blocks(seq)
         seq.logprobs.append(TokenLogprob(token, logprob, top))
         self.counters.generated_tokens += 1
         reason = self._finish_reason(seq, token)
         if reason is not None:
             self.scheduler.finish(seq, reason)
+            seq.pending = 0  # a step launched behind this one drew a token that is dropped
         return Progress(seq, token, reason is not None)
 
     def _name_full_blocks(self, seq: Sequence) -> None:
         size = self.pool.block_size
-        full = seq.computed // size
+        # A block is named by its tokens: those the host has read, computed on the device.
+        # (Called for every row every step: a comparison, not min(), keeps it cheap.)
+        read = len(seq.prompt) + len(seq.output)
+        full = (seq.computed if seq.computed < read else read) // size
         if full > seq.named_blocks:
             tokens = seq.tokens
             name = seq.prefix_name
@@ -338,7 +401,10 @@ class Engine:
             if ends:
                 seq.text_end = min(ends)
                 return FinishReason.STOP
-        if len(seq.output) >= params.max_tokens or seq.length >= self.max_seq_len:
+        if (
+            len(seq.output) >= params.max_tokens
+            or len(seq.prompt) + len(seq.output) >= self.max_seq_len
+        ):
             return FinishReason.LENGTH
         return None
 

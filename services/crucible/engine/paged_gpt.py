@@ -4,7 +4,8 @@ The cache is one tensor per keys and values, (layers, blocks + 1, block_size, he
 head_dim); the extra block is scratch, where padding tokens write so that every row of a
 batch has the same shape. A row's keys are gathered through its block table and attended
 with a mask of what its queries may see: its own earlier positions, nothing past its
-length. The same code runs for prompts (many queries per row) and decode steps (one).
+length. The same code runs for prompts (many queries per row) and, on the CPU, decode
+steps (one); on the GPU a decode step reads the blocks in place (`paged_attention.py`).
 """
 
 import math
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from crucible.engine.paged_attention import decode_attention
 from crucible.engine.runner import ForwardBatch
 from crucible.workloads.model import GPT, Block
 
@@ -28,6 +30,10 @@ class PagedGPT:
         self.device = model.wte.weight.device
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.graph_safe = True
+        self.decode_in_place = self.device.type == "cuda"
+        """Decode steps attend through `paged_attention.py`'s kernel (Triton: on CUDA, or
+        on the CPU under Triton's interpreter in tests) rather than gathering the blocks."""
         self.n_head = config.n_head
         self.head_dim = config.d_model // config.n_head
         weight = model.wte.weight
@@ -52,21 +58,25 @@ class PagedGPT:
 
 def _forward(model: GPT, kv: PagedGPT, batch: ForwardBatch) -> Tensor:
     x = model.wte(batch.tokens) + model.wpe(batch.positions)
-    key_index = torch.arange(batch.block_tables.size(1) * kv.block_size, device=x.device)
-    visible = (key_index[None, None, :] <= batch.positions[:, :, None]) & (
-        key_index[None, None, :] < batch.lengths[:, None, None]
-    )
-    mask = visible[:, None]
+    decode_in_place = batch.tokens.size(1) == 1 and kv.decode_in_place
+    mask = None
+    if not decode_in_place:
+        key_index = torch.arange(batch.block_tables.size(1) * kv.block_size, device=x.device)
+        visible = (key_index[None, None, :] <= batch.positions[:, :, None]) & (
+            key_index[None, None, :] < batch.lengths[:, None, None]
+        )
+        mask = visible[:, None]
     for block in model.blocks:
         x = _paged_block(block, x, kv, batch, mask)  # type: ignore[arg-type]
     rows = torch.arange(x.size(0), device=x.device)
-    last = x[rows, batch.last]
+    last = x[:, 0] if decode_in_place else x[rows, batch.last]
     return model.lm_head(model.ln_f(last))  # type: ignore[no-any-return]
 
 
 def _paged_block(
-    block: Block, x: Tensor, kv: PagedGPT, batch: ForwardBatch, mask: Tensor
+    block: Block, x: Tensor, kv: PagedGPT, batch: ForwardBatch, mask: Tensor | None
 ) -> Tensor:
+    """One layer; `mask` None means a decode step attending in place, in the cache."""
     attn = block.attn
     rows, width, d_model = x.shape
     heads, head_dim = kv.n_head, kv.head_dim
@@ -77,15 +87,17 @@ def _paged_block(
     slots = batch.slots.reshape(-1)
     k_layer.view(-1, heads, head_dim).index_copy_(0, slots, k.reshape(-1, heads, head_dim))
     v_layer.view(-1, heads, head_dim).index_copy_(0, slots, v.reshape(-1, heads, head_dim))
-    # (rows, blocks, block_size, heads, head_dim) -> (rows, heads, keys, head_dim)
-    keys = k_layer[batch.block_tables].flatten(1, 2).transpose(1, 2)
-    values = v_layer[batch.block_tables].flatten(1, 2).transpose(1, 2)
-    y = F.scaled_dot_product_attention(
-        q.transpose(1, 2).to(keys.dtype),
-        keys,
-        values,
-        attn_mask=mask,
-        scale=1.0 / math.sqrt(head_dim),
-    )
-    x = x + attn.proj(y.to(x.dtype).transpose(1, 2).reshape(rows, width, d_model))
+    scale = 1.0 / math.sqrt(head_dim)
+    if mask is None:
+        y = decode_attention(
+            q[:, 0], k_layer, v_layer, batch.block_tables, batch.lengths, scale=scale
+        )[:, None]
+    else:
+        # (rows, blocks, block_size, heads, head_dim) -> (rows, heads, keys, head_dim)
+        keys = k_layer[batch.block_tables].flatten(1, 2).transpose(1, 2)
+        values = v_layer[batch.block_tables].flatten(1, 2).transpose(1, 2)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2).to(keys.dtype), keys, values, attn_mask=mask, scale=scale
+        ).transpose(1, 2)
+    x = x + attn.proj(y.to(x.dtype).reshape(rows, width, d_model))
     return x + block.mlp(block.ln_mlp(x))  # type: ignore[no-any-return]

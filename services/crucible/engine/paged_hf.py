@@ -6,7 +6,8 @@ engine's. For the duration of one forward the model's attention implementation i
 `crucible_paged`, a function registered in transformers' `AttentionInterface`; it gets each
 layer's queries, keys and values for the new tokens (after RoPE), writes the keys and values
 into the cache at the batch's slots, gathers the row's blocks and attends with SDPA, as
-`PagedGPT` does for the built-in GPT.
+`PagedGPT` does for the built-in GPT; a decode step on the GPU reads the blocks in place
+(`paged_attention.py`).
 
 The batch and the cache reach that function as a keyword argument of the model's forward
 (`paged_kv`): transformers hands the forward's extra keyword arguments down to every
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AttentionInterface, PreTrainedConfig
 
+from crucible.engine.paged_attention import decode_attention
 from crucible.engine.runner import ForwardBatch
 from crucible.workloads.hf_model import HFCausalLM
 
@@ -55,6 +57,9 @@ class PagedHF:
         self.device = weight.device
         self.num_blocks = num_blocks
         self.block_size = block_size
+        # transformers builds rotary tables and masks inside each forward, in ways that
+        # differ by model and version; none has been checked under a capture.
+        self.graph_safe = False
         layers, self.kv_heads, self.head_dim = _kv_shape(config)
         self.windows = _sliding_windows(config)
         """Each layer's sliding window as its config declares it; None attends to all."""
@@ -182,6 +187,17 @@ def paged_attention_forward(
     v_layer.view(-1, kv_heads, head_dim).index_copy_(
         0, slots, value.transpose(1, 2).reshape(-1, kv_heads, head_dim).to(v_layer.dtype)
     )
+    if width == 1 and query.is_cuda:
+        out = decode_attention(
+            query[:, :, 0],
+            k_layer,
+            v_layer,
+            batch.block_tables,
+            batch.lengths,
+            scale=scaling if scaling is not None else head_dim**-0.5,
+            window=window,
+        )
+        return out[:, None].to(query.dtype), None
     # (rows, blocks, block_size, kv_heads, head_dim) -> (rows, kv_heads, keys, head_dim)
     keys = k_layer[batch.block_tables].flatten(1, 2).transpose(1, 2)
     values = v_layer[batch.block_tables].flatten(1, 2).transpose(1, 2)

@@ -45,6 +45,9 @@ class ModelRunner(Protocol):
     """Rows of the model's embedding: a token id must be below it."""
 
     device: torch.device
+    graph_safe: bool
+    """Its decode forward may be captured in a CUDA graph: no host syncs, no allocations
+    that depend on the batch's values."""
 
     @property
     def scratch_block(self) -> int:

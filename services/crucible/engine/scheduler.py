@@ -5,7 +5,8 @@ one is full); when the pool runs dry the newest running sequence is preempted: i
 go back and it waits at the head of the queue to be recomputed, prompt and output so far,
 when memory allows. Then waiting sequences are admitted in arrival order while there are
 blocks, running slots and prefill tokens to spare; a sequence first takes the cached
-blocks of its prefix and computes only the rest.
+blocks of its prefix and computes only the rest (unless prefix caching is off: then every
+sequence computes its whole prompt in blocks of its own).
 """
 
 import bisect
@@ -42,10 +43,12 @@ class Scheduler:
         *,
         max_running: int,
         max_prefill_tokens: int,
+        prefix_caching: bool = True,
     ) -> None:
         self.pool = pool
         self.max_running = max_running
         self.max_prefill_tokens = max_prefill_tokens
+        self.prefix_caching = prefix_caching
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         """In arrival order: the oldest keep their blocks when memory runs short."""
@@ -115,8 +118,10 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_running:
             seq = self.waiting.popleft()
             tokens = seq.tokens
-            # The last token is always computed: its logits give the next one.
-            names = block_hashes(tokens[:-1], self.pool.block_size)
+            # The last token is always computed: its logits give the next one. Without
+            # prefix caching there are no names to look up, so nothing is shared and
+            # nothing waits for another sequence's prefill either.
+            names = block_hashes(tokens[:-1], self.pool.block_size) if self.prefix_caching else []
             shared: list[int] = []
             for name in names:
                 block = self.pool.cached(name)

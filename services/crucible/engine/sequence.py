@@ -65,13 +65,22 @@ class Sequence:
     text_end: int | None = None
     """Where a stop string cut the completion's text, in characters."""
 
+    pending: int = 0
+    """Tokens drawn on the device that the host has not read yet (0, 1, or 2 while a step
+    is being launched behind the one in flight): `length` counts them, `output` not yet."""
+
+    pending_row: int = -1
+    """This sequence's row in the last step launched: where its newest pending token is."""
+
     @property
     def tokens(self) -> list[int]:
+        """Prompt and the output read so far."""
         return self.prompt + self.output
 
     @property
     def length(self) -> int:
-        return len(self.prompt) + len(self.output)
+        """Positions, the pending tokens included: where the next token drawn goes."""
+        return len(self.prompt) + len(self.output) + self.pending
 
     @property
     def finished(self) -> bool:
