@@ -1,0 +1,221 @@
+"""The sandbox with each fault injected for real: a tool that hangs, spins, allocates past
+its limit, exits, segfaults, raises, returns what JSON cannot hold, writes files, reads the
+job's secrets, leaves a process behind, or reaches for a server on the loopback; and a
+process under a seccomp filter like runc's default, where no namespace can be made."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crucible.agents.sandbox import Sandbox, SandboxLimits, ToolOutcome
+from tests.agents import seccomp
+from tests.agents.tools import connect
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = "tests.agents.tools"
+QUICK = SandboxLimits(wall_seconds=5, cpu_seconds=2, memory_bytes=256 * 2**20)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    sandbox = Sandbox(QUICK)
+    probe = sandbox.run(f"{TOOLS}:echo", {"text": "hi"})
+    if probe.outcome is ToolOutcome.NO_ISOLATION:
+        pytest.skip(f"this machine makes no network namespace: {probe.detail}")
+    assert probe.ok and probe.value == "hi" and probe.isolation == "namespace", probe
+    return sandbox
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.accepted: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            with connection:
+                self.accepted.append(connection.recv(100))
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    listening = Listener()
+    yield listening
+    listening.server.close()
+
+
+def test_a_tool_cannot_reach_a_server_on_the_loopback(sandbox: Sandbox, listener: Listener) -> None:
+    assert connect(listener.port) == "connected"  # the server answers outside the sandbox
+    run = sandbox.run(f"{TOOLS}:connect", {"port": listener.port})
+    assert run.outcome is ToolOutcome.ERROR
+    assert "Network is unreachable" in run.detail, run.detail
+    time.sleep(0.2)
+    assert listener.accepted == [b"hello from the sandbox"]  # only the one from outside
+
+
+def test_a_tool_works_in_a_scratch_directory_removed_afterwards(sandbox: Sandbox) -> None:
+    run = sandbox.run(f"{TOOLS}:write_files", {})
+    assert run.ok, run
+    scratch = Path(run.value)
+    assert scratch.name == "scratch" and scratch != Path.cwd()
+    assert not scratch.exists() and not scratch.parent.exists()
+
+
+def test_no_variable_of_the_job_reaches_a_tool(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRUCIBLE_TOKEN", "secret-token")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-key")
+    run = sandbox.run(f"{TOOLS}:environment", {})
+    assert run.ok, run
+    assert "CRUCIBLE_TOKEN" not in run.value and "AWS_SECRET_ACCESS_KEY" not in run.value
+    assert set(run.value) == {"PATH", "HOME", "TMPDIR", "LANG"}
+    assert "secret" not in json.dumps(run.value)
+
+
+def test_a_tool_that_sleeps_past_the_wall_clock_is_killed() -> None:
+    started = time.monotonic()
+    run = Sandbox(SandboxLimits(wall_seconds=1)).run(f"{TOOLS}:sleep", {"seconds": 30})
+    assert run.outcome is ToolOutcome.TIMEOUT and "after 1 s" in run.detail
+    assert time.monotonic() - started < 5
+
+
+def test_a_tool_that_spins_is_stopped_by_its_cpu_time() -> None:
+    run = Sandbox(SandboxLimits(wall_seconds=20, cpu_seconds=1)).run(f"{TOOLS}:spin", {})
+    assert run.outcome is ToolOutcome.CPU_TIME, run
+    assert "1 s of CPU time" in run.detail
+
+
+def test_a_tool_that_allocates_past_its_memory_fails_with_memory(sandbox: Sandbox) -> None:
+    run = sandbox.run(f"{TOOLS}:allocate", {"megabytes": 1024})
+    assert run.outcome is ToolOutcome.MEMORY, run
+    assert str(QUICK.memory_bytes) in run.detail
+    assert sandbox.run(f"{TOOLS}:allocate", {"megabytes": 16}).value == 16 * 2**20
+
+
+def test_a_tool_that_exits_or_segfaults_has_crashed(sandbox: Sandbox) -> None:
+    exited = sandbox.run(f"{TOOLS}:exit_at_once", {"code": 3})
+    assert exited.outcome is ToolOutcome.CRASHED and "exit code 3" in exited.detail
+    crashed = sandbox.run(f"{TOOLS}:segfault", {})
+    assert crashed.outcome is ToolOutcome.CRASHED and "signal SIGSEGV" in crashed.detail
+    assert "Segmentation fault" in crashed.detail  # faulthandler's report, from its stderr
+
+
+def test_a_tool_that_raises_or_returns_no_json_says_why(sandbox: Sandbox) -> None:
+    raised = sandbox.run(f"{TOOLS}:fail", {"message": "boom"})
+    assert raised.outcome is ToolOutcome.ERROR and raised.detail.startswith("ValueError: boom")
+    odd = sandbox.run(f"{TOOLS}:not_json", {})
+    assert odd.outcome is ToolOutcome.BAD_RESULT and "set, not a JSON value" in odd.detail
+    missing = sandbox.run(f"{TOOLS}:no_such_tool", {})
+    assert missing.outcome is ToolOutcome.ERROR and "no_such_tool" in missing.detail
+    too_long = Sandbox(SandboxLimits(result_chars=100)).run(f"{TOOLS}:echo", {"text": "x" * 200})
+    assert too_long.outcome is ToolOutcome.BAD_RESULT and "over the 100 allowed" in too_long.detail
+
+
+def test_what_a_tool_leaves_running_is_killed(sandbox: Sandbox) -> None:
+    run = sandbox.run(f"{TOOLS}:leave_a_process", {})
+    assert run.ok, run
+    deadline = time.monotonic() + 5
+    while _running(run.value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(run.value)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"  # a zombie waits for its reaper
+    except FileNotFoundError:
+        return False
+
+
+PROBE = """
+import json, sys
+from tests.agents.seccomp import deny_unshare
+deny_unshare()
+from crucible.agents.sandbox import Sandbox, SandboxLimits
+port = int(sys.argv[1])
+runs = {
+    "none": Sandbox(SandboxLimits(network="none")).run("tests.agents.tools:identity", {}),
+    "best-effort": Sandbox(SandboxLimits(network="best-effort")).run(
+        "tests.agents.tools:connect", {"port": port}
+    ),
+    "subprocess": Sandbox(SandboxLimits(network="best-effort")).run(
+        "tests.agents.tools:leave_a_process", {}
+    ),
+}
+print(json.dumps({k: [str(r.outcome), r.detail, r.isolation] for k, r in runs.items()}))
+"""
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="the seccomp filter knows x86_64, aarch64")
+def test_where_no_namespace_can_be_made_the_policy_decides(listener: Listener) -> None:
+    # A process of its own: the filter cannot be taken off again.
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, str(listener.port)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    runs = json.loads(probe.stdout)
+    outcome, detail, isolation = runs["none"]
+    assert (outcome, isolation) == ("no_isolation", None)
+    assert "Operation not permitted" in detail and 'policy "none"' in detail
+    outcome, detail, isolation = runs["best-effort"]
+    assert (outcome, isolation) == ("error", "audit-hook")
+    assert "refuses socket" in detail
+    assert listener.accepted == []
+    outcome, detail, isolation = runs["subprocess"]
+    assert (outcome, isolation) == ("error", "audit-hook")
+    assert "refuses subprocess.Popen" in detail
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"cpu_seconds": 0}, "cpu_seconds must be a positive integer, got 0"),
+        ({"cpu_seconds": 1.5}, "cpu_seconds must be a positive integer, got 1.5"),
+        (
+            {"wall_seconds": float("inf")},
+            "wall_seconds must be a positive number of seconds, got inf",
+        ),
+        ({"memory_bytes": "1G"}, "memory_bytes must be a positive integer, got '1G'"),
+        ({"network": "host"}, "'none' or 'best-effort', got 'host'"),
+    ],
+)
+def test_bad_limits_name_the_value(change: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match="sandbox") as raised:
+        SandboxLimits(**change)  # type: ignore[arg-type]
+    assert named in str(raised.value)
+
+
+def test_the_scratch_directories_do_not_pile_up(sandbox: Sandbox) -> None:
+    before = _scratch_dirs()
+    for _ in range(3):
+        sandbox.run(f"{TOOLS}:write_files", {})
+    assert _scratch_dirs() <= before
+
+
+def _scratch_dirs() -> set[str]:
+    import tempfile
+
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("crucible-tool-")}
