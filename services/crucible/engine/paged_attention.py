@@ -31,6 +31,8 @@ def decode_attention(
     *,
     scale: float,
     window: int | None = None,
+    keys_per_tile: int = KEYS_PER_TILE,
+    num_warps: int = 4,
 ) -> Tensor:
     """(rows, heads, head_dim) attention of each row's one query over its first `lengths`
     keys (or its last `window` of them).
@@ -44,8 +46,8 @@ def decode_attention(
         raise ValueError(
             f"queries {tuple(q.shape)} do not fit a cache of {kv_heads} heads of {cache_head_dim}"
         )
-    if KEYS_PER_TILE % block_size:
-        raise ValueError(f"block_size {block_size} must divide {KEYS_PER_TILE}")
+    if keys_per_tile % block_size:
+        raise ValueError(f"block_size {block_size} must divide {keys_per_tile}")
     group = heads // kv_heads
     q = q.contiguous()
     out = q.new_empty(q.shape)
@@ -70,7 +72,8 @@ def decode_attention(
         HEAD_DIM_PAD=_next_power_of_two(head_dim),
         GROUP=group,
         GROUP_PAD=_next_power_of_two(group),
-        TILE=KEYS_PER_TILE,
+        TILE=keys_per_tile,
+        num_warps=num_warps,
     )
     return out
 

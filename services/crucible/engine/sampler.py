@@ -6,6 +6,11 @@ generator's state, so a row samples the same token whatever rows share its batch
 whatever order requests arrived. That is what makes a rollout's dataset the same for one
 replica or four. Sampling is the exponential race, argmax(p / E) with E ~ Exp(1), which
 draws token t with probability p_t and needs no host sync (a CUDA graph can hold it).
+
+On a GPU a batch with no top-k or top-p runs the race in sampler_kernel.py's Triton kernel,
+one pass over the logits, rather than through (rows, vocab) tensors. It races against the
+same noise, so it draws the same tokens as the tensor path, but for float rounding where
+two tokens all but tie.
 """
 
 from dataclasses import dataclass
@@ -36,7 +41,11 @@ def exponential_noise(seeds: Tensor, positions: Tensor, vocab_size: int) -> Tens
     row_key = _mix(seeds * _GOLDEN + positions)
     token = torch.arange(vocab_size, device=seeds.device, dtype=torch.long)
     bits = _mix(row_key[:, None] ^ (token[None, :] * _GOLDEN))
-    # 24 random bits, centred in their interval: uniform on (0, 1), never 0 or 1.
+    # 24 random bits, centred in their interval: uniform on (0, 1), never 0. In float32 the
+    # top values round (from 2**23 up, to even), and the very top one to 1.0: its E is -0.0,
+    # p / E is -inf, and that token (a 2**-24 chance each) is never drawn. A bias far below
+    # sampling noise, kept because changing it would change every draw; the fused kernel
+    # (sampler_kernel.py) reproduces it.
     uniform = (((bits >> 40) & 0xFFFFFF).float() + 0.5) * 2.0**-24
     return -torch.log(uniform)
 
@@ -74,6 +83,8 @@ class Sampled:
 
 def sample(logits: Tensor, rows: SamplingRows) -> Sampled:
     """One token per row of (rows, vocab) `logits`; greedy where temperature is 0."""
+    if logits.is_cuda and not rows.filtered:
+        return _sample_fused(logits, rows)
     logits = logits.float()
     logprobs_all = F.log_softmax(logits, dim=-1)
     greedy = rows.temperature == 0.0
@@ -93,6 +104,19 @@ def sample(logits: Tensor, rows: SamplingRows) -> Sampled:
         top_ids=top_ids,
         top_logprobs=top_values,
     )
+
+
+def _sample_fused(logits: Tensor, rows: SamplingRows) -> Sampled:
+    """sample() of an unfiltered batch on the GPU, by the Triton kernel."""
+    # Imported here: a CPU-only install may have no Triton, and never reaches this line.
+    from crucible.engine.sampler_kernel import race_sample
+
+    tokens, logprobs = race_sample(logits, rows.temperature, rows.seeds, rows.positions)
+    top_ids = top_values = None
+    if rows.top_logprobs:
+        logprobs_all = F.log_softmax(logits.float(), dim=-1)
+        top_values, top_ids = logprobs_all.topk(rows.top_logprobs, dim=-1)
+    return Sampled(tokens=tokens, logprobs=logprobs, top_ids=top_ids, top_logprobs=top_values)
 
 
 def _filtered_race(scaled: Tensor, noise: Tensor, top_p: Tensor, top_k: Tensor) -> Tensor:
