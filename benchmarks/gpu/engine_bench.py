@@ -1,14 +1,22 @@
-"""The serving engine against the static generator it replaces, on the GPT-2-124M shape.
+"""The serving engine against the static generator it replaces and against Hugging Face
+`generate`, on the GPT-2-124M shape.
 
-    python benchmarks/gpu/engine_bench.py --batches 1 32 256 --samples 3 --out engine.json
+    python benchmarks/gpu/engine_bench.py --batches 1 32 256 --samples 5 --out engine.json
 
-Both generate exactly `--new-tokens` tokens after `--prompt-len`-token prompts (EOS off),
-at temperature 1 without top-p, from the same bf16 model with random weights; the two
-alternate call by call (static, engine, engine, static, ...), each call on prompts of its
-own (the engine would otherwise find the last call's prompt blocks in its cache). The
-engine is built once per batch size, sized for that batch, as `crucible.engine.batch`
-sizes it; its first call and the static generator's (which captures its CUDA graph) are
-warm-ups, timed apart.
+Four systems (`--systems` picks a subset): "static" (`fast_generator`), "engine" (the
+serving engine, built once per batch size and sized for that batch, as
+`crucible.engine.batch` sizes it), "hf_default" (`GPT2LMHeadModel.generate`, dynamic cache,
+eager) and "hf_tuned" (`generate` with `rollout_bench.hf_tuned_mode`: a static cache and the
+decode forward compiled by `generate`, replayed as CUDA graphs). The Hugging Face models hold
+the same weights as ours (`export.gpt_to_gpt2_state`), in the same dtype, on the same
+device.
+
+All generate exactly `--new-tokens` tokens after `--prompt-len`-token prompts (EOS off), at
+temperature 1 without top-p or top-k. They alternate call by call, the order reversed every
+other sample (static, engine, hf_default, hf_tuned, then hf_tuned, hf_default, engine,
+static, ...), each call on prompts of its own (the engine would otherwise find the last
+call's prompt blocks in its cache). The first `--warmup-calls` calls of each system build,
+capture and compile; they are timed apart.
 
 Each figure is also given as a fraction of the memory-bandwidth roofline: per decode step the
 weights and every row's KV cache so far must be read once, at the device-to-device copy
@@ -23,16 +31,20 @@ from typing import Any
 
 import torch
 from common import byte_corpus, out_dir, write_result
+from rollout_bench import hf_tuned_mode
 
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.params import SamplingParams
 from crucible.workloads.config import model_preset
+from crucible.workloads.export import gpt2_config, gpt_to_gpt2_state
 from crucible.workloads.generate import fast_generator
-from crucible.workloads.model import build_model
+from crucible.workloads.model import GPT, build_model
 from crucible.workloads.tokenizer import ByteTokenizer
 
 BLOCK_SIZE = 16
+SYSTEMS = ("static", "engine", "hf_default", "hf_tuned")
+HF_SYSTEMS = ("hf_default", "hf_tuned")
 
 
 def copy_bandwidth(device: str) -> float:
@@ -64,52 +76,106 @@ def roofline_seconds(
     return total / bandwidth
 
 
+def hf_copy(model: GPT) -> Any:
+    """`model` as a transformers GPT-2 with the same weights, device and dtype (attention as
+    transformers picks it by default: SDPA where torch has it, recorded in the results)."""
+    from transformers import GPT2LMHeadModel
+
+    weight = model.wte.weight
+    hf = GPT2LMHeadModel(gpt2_config(model.config))
+    hf.load_state_dict(gpt_to_gpt2_state(model.state_dict(), model.config), strict=False)
+    hf.tie_weights()
+    return hf.to(weight.device, weight.dtype).eval()
+
+
+def hf_generate(model: Any, input_ids: torch.Tensor, new_tokens: int, mode: dict[str, Any]) -> None:
+    """One `generate` call with the others' sampling: temperature 1, no top-p, no top-k
+    (HF's default top-k of 50 off), exactly `new_tokens` per row."""
+    output = model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=True,
+        top_p=1.0,
+        top_k=0,
+        temperature=1.0,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=ByteTokenizer.PAD,
+        eos_token_id=None,
+        **mode,
+    )
+    made = output.shape[1] - input_ids.shape[1]
+    assert made == new_tokens, f"generated {made} tokens, not {new_tokens}"
+
+
 def measure(
-    model: Any,
+    model: GPT,
+    hf_models: dict[str, Any],
+    systems: list[str],
     batch: int,
-    prompt_len: int,
-    new: int,
-    samples: int,
+    args: argparse.Namespace,
     bandwidth: float,
     prompts: Callable[[int], list[list[int]]],
 ) -> dict[str, Any]:
-    """Both generators at one batch size: warm-up calls, then `samples` alternated calls."""
-    static = fast_generator(
-        model,
-        batch_size=batch,
-        max_prompt_len=prompt_len,
-        max_new_tokens=new,
-        temperature=1.0,
-        top_p=1.0,
-    )
-    blocks = batch * -(-(prompt_len + new) // BLOCK_SIZE)
-    engine = Engine(
-        model,
-        ByteTokenizer(),
-        EngineConfig(block_size=BLOCK_SIZE, num_blocks=blocks, max_running=batch),
-    )
-    params = SamplingParams(max_tokens=new, temperature=1.0, ignore_eos=True, seed=0)
+    """The systems at one batch size: warm-up calls, then `args.samples` alternated calls."""
+    # Each batch size compiles for its own static shapes (HF tuned, the static sampler).
+    torch._dynamo.reset()
+    new, prompt_len = args.new_tokens, args.prompt_len
+    calls: dict[str, Callable[[], None]] = {}
+    if "static" in systems:
+        static = fast_generator(
+            model,
+            batch_size=batch,
+            max_prompt_len=prompt_len,
+            max_new_tokens=new,
+            temperature=1.0,
+            top_p=1.0,
+        )
 
-    def run_static() -> None:
-        static(prompts(batch), eos_id=None, pad_id=0)
+        def run_static() -> None:
+            static(prompts(batch), eos_id=None, pad_id=0)
 
-    def run_engine() -> None:
-        outputs = engine.generate(prompts(batch), params)
-        assert all(len(o.completions[0].tokens) == new for o in outputs)
+        calls["static"] = run_static
+    if "engine" in systems:
+        blocks = batch * -(-(prompt_len + new) // BLOCK_SIZE)
+        engine = Engine(
+            model,
+            ByteTokenizer(),
+            EngineConfig(block_size=BLOCK_SIZE, num_blocks=blocks, max_running=batch),
+        )
+        params = SamplingParams(max_tokens=new, temperature=1.0, ignore_eos=True, seed=0)
 
-    systems = [("static", run_static), ("engine", run_engine)]
-    warmup = {name: timed(call) for name, call in systems}
-    times: dict[str, list[float]] = {"static": [], "engine": []}
-    for sample in range(samples):
-        for name, call in systems if sample % 2 == 0 else systems[::-1]:
-            times[name].append(timed(call))
+        def run_engine() -> None:
+            outputs = engine.generate(prompts(batch), params)
+            assert all(len(o.completions[0].tokens) == new for o in outputs)
+
+        calls["engine"] = run_engine
+    device = model.wte.weight.device
+    for name in HF_SYSTEMS:
+        if name in systems:
+            mode = hf_tuned_mode(device) if name == "hf_tuned" else {}
+
+            def run_hf(hf: Any = hf_models[name], mode: dict[str, Any] = mode) -> None:
+                hf_generate(hf, torch.tensor(prompts(batch), device=device), new, mode)
+
+            calls[name] = run_hf
+    order = [name for name in SYSTEMS if name in calls]
+    warmup = {name: [timed(calls[name]) for _ in range(args.warmup_calls)] for name in order}
+    times: dict[str, list[float]] = {name: [] for name in order}
+    for sample in range(args.samples):
+        for name in order if sample % 2 == 0 else order[::-1]:
+            times[name].append(timed(calls[name]))
     floor = roofline_seconds(model, batch, prompt_len, new, bandwidth)
     result: dict[str, Any] = {
         name: {
             "seconds": [round(t, 4) for t in values],
             "tokens_per_s": round(batch * new / statistics.median(values)),
+            "tokens_per_s_range": [
+                round(batch * new / max(values)),
+                round(batch * new / min(values)),
+            ],
             "roofline_fraction": round(floor / statistics.median(values), 3),
-            "first_call_seconds": round(warmup[name], 2),
+            "warmup_seconds": [round(t, 2) for t in warmup[name]],
         }
         for name, values in times.items()
     }
@@ -135,6 +201,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
     parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument(
+        "--warmup-calls",
+        type=int,
+        default=3,
+        help="untimed calls per system first (HF tuned compiles on the first, records its "
+        "CUDA graphs on a later one)",
+    )
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--out", default="engine.json")
@@ -149,8 +223,12 @@ def main() -> None:
     if args.device == "cuda":
         model = model.to(torch.bfloat16)
     model.eval()
+    # One HF instance per mode: the tuned one keeps its static cache and compiled forward
+    # between calls, and the default one must not see them.
+    hf_models = {name: hf_copy(model) for name in HF_SYSTEMS if name in args.systems}
     bandwidth = copy_bandwidth(args.device)
-    corpus = byte_corpus(args.prompt_len * max(args.batches) * (2 * args.samples + 2) * 2)
+    calls = len(args.systems) * (args.samples + args.warmup_calls)
+    corpus = byte_corpus(args.prompt_len * sum(args.batches) * calls)
     offset = 0
 
     def prompts(batch: int) -> list[list[int]]:
@@ -160,22 +238,31 @@ def main() -> None:
         offset += batch * size
         return rows
 
-    results = {
-        str(batch): measure(
-            model, batch, args.prompt_len, args.new_tokens, args.samples, bandwidth, prompts
+    results = {}
+    for batch in args.batches:
+        results[str(batch)] = measure(
+            model, hf_models, args.systems, batch, args, bandwidth, prompts
         )
-        for batch in args.batches
-    }
-    write_result(
-        out_dir() / args.out,
-        {
-            "benchmark": "engine_vs_static",
-            "prompt_len": args.prompt_len,
-            "new_tokens": args.new_tokens,
-            "copy_bandwidth_bytes_per_s": round(bandwidth),
-            "results": results,
-        },
-    )
+        # Written after every batch, so that a call stopped at its time limit keeps the rest.
+        write_result(
+            out_dir() / args.out,
+            {
+                "benchmark": "engine_vs_static_vs_hf",
+                "preset": args.preset,
+                "dtype": str(model.wte.weight.dtype),
+                "prompt_len": args.prompt_len,
+                "new_tokens": args.new_tokens,
+                "samples": args.samples,
+                "systems": args.systems,
+                "hf_tuned": "cache_implementation='static', "
+                "compile_config=CompileConfig(fullgraph=True, mode='reduce-overhead')",
+                "hf_attention": {
+                    name: hf.config._attn_implementation for name, hf in hf_models.items()
+                },
+                "copy_bandwidth_bytes_per_s": round(bandwidth),
+                "results": results,
+            },
+        )
 
 
 if __name__ == "__main__":
