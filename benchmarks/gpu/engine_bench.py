@@ -24,6 +24,7 @@ bandwidth measured in the same process.
 """
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -161,6 +162,10 @@ def measure(
             calls[name] = run_hf
     order = [name for name in SYSTEMS if name in calls]
     warmup = {name: [timed(calls[name]) for _ in range(args.warmup_calls)] for name in order}
+    # What the warm-ups built (compiled graphs above all) lives on: frozen, it is not
+    # rescanned by the collections the timed calls trigger, for every system alike.
+    gc.collect()
+    gc.freeze()
     times: dict[str, list[float]] = {name: [] for name in order}
     for sample in range(args.samples):
         for name in order if sample % 2 == 0 else order[::-1]:

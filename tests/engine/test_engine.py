@@ -336,3 +336,23 @@ def test_prefix_caching_off_gives_every_sequence_blocks_of_its_own(prefix_cachin
         assert not set(first.blocks) & set(second.blocks)
         assert second.computed == 0
         assert pool.used == 6
+
+
+def test_a_full_engine_admits_in_batches_of_free_slots() -> None:
+    # 32 running slots: admission waits for 2 free ones while sequences run, so that one
+    # finishing sequence does not make the next step a prompt step.
+    pool = BlockPool(num_blocks=256, block_size=4)
+    scheduler = Scheduler(pool, max_running=32, max_prefill_tokens=1024)
+    queued = [
+        Sequence(
+            id=i, request_id=f"r{i}", index=0, prompt=[1, 2, i], params=GREEDY, seed=0, arrival=i
+        )
+        for i in range(36)
+    ]
+    for seq in queued:
+        scheduler.add(seq)
+    assert len(scheduler.plan().prefill) == 32
+    scheduler.finish(queued[0], FinishReason.STOP)
+    assert scheduler.plan().prefill == []
+    scheduler.finish(queued[1], FinishReason.STOP)
+    assert [seq.id for seq in scheduler.plan().prefill] == [32, 33]

@@ -350,16 +350,22 @@ class Engine:
 
     def _sampling_rows(self, seqs: list[Sequence]) -> SamplingRows:
         params = [s.params for s in seqs]
-
-        def tensor(values: list[float] | list[int], dtype: torch.dtype) -> Tensor:
-            return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
-
+        # Two copies to the device, not one per field: this runs every step.
+        floats = torch.tensor(
+            [[p.temperature for p in params], [p.top_p for p in params]], dtype=torch.float32
+        )
+        ints = torch.tensor(
+            [[p.top_k for p in params], [s.seed for s in seqs], [s.length for s in seqs]],
+            dtype=torch.long,
+        )
+        floats = floats.to(self.device, non_blocking=True)
+        ints = ints.to(self.device, non_blocking=True)
         return SamplingRows(
-            temperature=tensor([p.temperature for p in params], torch.float32),
-            top_p=tensor([p.top_p for p in params], torch.float32),
-            top_k=tensor([p.top_k for p in params], torch.long),
-            seeds=tensor([s.seed for s in seqs], torch.long),
-            positions=tensor([s.length for s in seqs], torch.long),
+            temperature=floats[0],
+            top_p=floats[1],
+            top_k=ints[0],
+            seeds=ints[1],
+            positions=ints[2],
             filtered=any(p.top_p < 1.0 or p.top_k > 0 for p in params),
             top_logprobs=max(p.top_logprobs for p in params),
         )

@@ -32,7 +32,7 @@ def decode_attention(
     scale: float,
     window: int | None = None,
     keys_per_tile: int = KEYS_PER_TILE,
-    num_warps: int = 4,
+    num_warps: int = 1,
 ) -> Tensor:
     """(rows, heads, head_dim) attention of each row's one query over its first `lengths`
     keys (or its last `window` of them).

@@ -57,6 +57,12 @@ class Scheduler:
         """Blocks admission leaves free, so running sequences can grow a while before
         anything is preempted."""
 
+        self.admission_batch = max(1, max_running // 16)
+        """Free running slots admission waits for while sequences run. A step with prompts
+        in it runs their forward eagerly, kernel by kernel, where a decode-only step replays
+        a graph: admitting one sequence each time one finishes would make nearly every step
+        such a step. A slot or two stays empty for a few steps instead."""
+
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
@@ -107,6 +113,8 @@ class Scheduler:
         plan.preempted.append(seq)
 
     def _admit(self, plan: Plan) -> None:
+        if self.running and self.max_running - len(self.running) < self.admission_batch:
+            return
         budget = self.max_prefill_tokens
         filling: set[int] = set()
         """Names of the blocks this step's prefills fill: a later sequence with the same
