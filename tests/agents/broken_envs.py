@@ -77,3 +77,25 @@ class OneTool(Base):
         if tool_results:
             return Turn()
         return Turn(reward=1.0, done=True)
+
+
+class SomeTasksBroken(Base):
+    """Of each batch's tasks, the first ends with a NaN reward and the second raises in
+    step(); the others reward a reply that starts with a digit."""
+
+    def __init__(self) -> None:
+        self.number = -1
+
+    def tasks(self, count: int, seed: int) -> list[dict[str, Any]]:
+        return [{"number": i} for i in range(count)]
+
+    def reset(self, task: Mapping[str, Any]) -> Sequence[Message]:
+        self.number = int(task["number"])
+        return super().reset(task)
+
+    def step(self, message: Message, tool_results: Sequence[ToolResult]) -> Any:
+        if self.number == 0:
+            return Turn(reward=float("nan"), done=True)
+        if self.number == 1:
+            raise KeyError("score")
+        return Turn(reward=float(message["content"][:1].isdigit()), done=True)

@@ -41,3 +41,17 @@ def test_the_docs_examples_run_as_written(
             len(t.logprobs) == len(t.completion_ids) > 0 for t in record.turns
         )
     assert capsys.readouterr().out.startswith("{'episodes': 4, 'mean_reward': 0.0, 'ends': {")
+
+
+def test_the_online_rl_example_runs_as_written_and_learns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    docs = (REPO / "docs" / "agents.md").read_text()
+    online = docs[docs.index("## Online RL in process") :]
+    example, *_ = re.findall(r"```python\n(.*?)```", online, flags=re.S)
+    namespace: dict[str, object] = {}
+    exec(compile(example, "docs/agents.md (online RL)", "exec"), namespace)
+    first, last = map(float, capsys.readouterr().out.split())
+    assert first < 0.2 < 0.6 < last
+    assert len(namespace["logged"]) == 20  # type: ignore[arg-type]
+    assert {"model", "optimizer", "progress"} <= set(namespace["checkpoint"])  # type: ignore[arg-type]

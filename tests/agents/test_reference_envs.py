@@ -1,6 +1,7 @@
 """The reference environments, loaded by name and by import path as a team's own would be:
 solved by a scripted policy (the calculator through its tool in the sandbox, the guessing
-game by bisection within its budget), its tool safe, and bad options named."""
+game by bisection within its budget, letter_or_digit by its kind), the calculator's tool
+safe, and bad options named."""
 
 import math
 
@@ -130,6 +131,20 @@ def test_guessing_below_its_budget_is_truncated() -> None:
     assert [t.observations[0]["content"] for t in record.turns] == ["Higher."] * 4
 
 
+def test_letter_or_digit_rewards_a_reply_that_starts_with_the_kind_asked_for() -> None:
+    source = load_environment("letter_or_digit")
+    tasks = source.tasks(6, seed=0)
+    assert sorted(t["kind"] for t in tasks) == ["digit"] * 3 + ["letter"] * 3
+    records = run_scripted(
+        lambda messages: "7 apples", source, tasks, seed=0, config=CONFIG, sandbox=Sandbox()
+    )
+    for record in records:
+        assert record.reward == (1.0 if record.task["kind"] == "digit" else 0.0)
+        assert (record.end, len(record.turns)) == (EndReason.DONE, 1)
+    digits = load_environment("letter_or_digit", {"kinds": ["digit"]})
+    assert digits.tasks(3, seed=1) == [{"kind": "digit"}] * 3
+
+
 @pytest.mark.parametrize("name", ["calculator", "guessing"])
 def test_tasks_are_the_same_for_a_seed(name: str) -> None:
     source = load_environment(name)
@@ -145,6 +160,11 @@ def test_tasks_are_the_same_for_a_seed(name: str) -> None:
         ("calculator", {"operators": ["^"]}, "operators must be a non-empty list of +, -, *"),
         ("guessing", {"high": 1}, "high must be a whole number of at least 2, got 1"),
         ("guessing", {"highest": 10}, "spec.options.highest is not an option"),
+        (
+            "letter_or_digit",
+            {"kinds": ["emoji"]},
+            "kinds must be a non-empty list of ['digit', 'letter'], got ['emoji']",
+        ),
     ],
 )
 def test_a_bad_option_is_a_config_error_naming_it(

@@ -20,6 +20,7 @@ AGENT_ENVIRONMENT = Kind(
     {
         "calculator": "crucible.agents.envs.calculator:CalculatorEnvironment",
         "guessing": "crucible.agents.envs.guessing:GuessingEnvironment",
+        "letter_or_digit": "crucible.agents.envs.letter_or_digit:LetterOrDigitEnvironment",
     },
 )
 

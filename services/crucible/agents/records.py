@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from crucible.agents.policy import PolicyVersion
 from crucible.agents.protocol import Message
 
 
@@ -107,6 +108,10 @@ class EpisodeRecord:
     tool_call_errors: int = 0
     """Calls that were not run: unparseable, unknown tool, arguments that do not fit."""
 
+    policy: PolicyVersion | None = None
+    """The weights that sampled it, stamped by online RL (`agents/online.py`); None for a
+    scripted policy, or a model outside online RL."""
+
     @property
     def truncated(self) -> bool:
         """Ended by a limit or a failure rather than by the environment."""
@@ -121,6 +126,8 @@ class EpisodeRecord:
     def from_record(cls, record: Mapping[str, Any]) -> "EpisodeRecord":
         fields = dict(record)
         fields["end"] = EndReason(fields["end"])
+        if fields.get("policy") is not None:
+            fields["policy"] = PolicyVersion.from_record(fields["policy"])
         fields["turns"] = [
             TurnRecord(**{**t, "tool_calls": [ToolCallRecord(**c) for c in t["tool_calls"]]})
             for t in fields["turns"]

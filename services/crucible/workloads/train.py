@@ -215,22 +215,18 @@ class Trainer:
 
     def policy_loss(self, logits: Tensor, batch: Batch) -> Tensor:
         """Clipped policy gradient on group-normalised advantages, per completion token."""
-        logp = -F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
-        ratio = torch.exp(logp - batch.old_logprobs)
-        advantages = batch.advantages[:, None]
-        objective = ratio * advantages
-        if self.config.clip_eps > 0:
-            eps = self.config.clip_eps
-            objective = torch.minimum(objective, ratio.clamp(1 - eps, 1 + eps) * advantages)
-        per_token = -objective
+        reference_logp = None
         if self.reference is not None:
             with torch.no_grad(), self._autocast():
                 ref_logits = self.reference(batch.inputs).float()
-            ref_logp = -F.cross_entropy(ref_logits.transpose(1, 2), batch.targets, reduction="none")
-            # k3 estimator of KL(policy || reference): unbiased and always >= 0.
-            log_ratio = ref_logp - logp
-            per_token = per_token + self.config.kl_coef * (log_ratio.exp() - log_ratio - 1)
-        return masked_mean(per_token, batch.loss_mask)
+            reference_logp = token_logprobs(ref_logits, batch.targets)
+        return clipped_policy_loss(
+            token_logprobs(logits, batch.targets),
+            batch,
+            clip_eps=self.config.clip_eps,
+            kl_coef=self.config.kl_coef,
+            reference_logp=reference_logp,
+        )
 
     def full_model_state(self) -> dict[str, Tensor]:
         """The whole model's weights on the CPU, on rank 0 (empty on the others); a
@@ -302,6 +298,38 @@ class Trainer:
 def sft_loss(logits: Tensor, batch: Batch) -> Tensor:
     losses = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
     return masked_mean(losses, batch.loss_mask)
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """(batch, seq) log-probability of each target under (batch, seq, vocab) `logits`."""
+    return -F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+
+
+def clipped_policy_loss(
+    logp: Tensor,
+    batch: Batch,
+    *,
+    clip_eps: float,
+    kl_coef: float = 0.0,
+    reference_logp: Tensor | None = None,
+) -> Tensor:
+    """The RL loss of `Trainer.policy_loss` on the policy's `logp` of the batch's targets:
+    the importance ratio to the rollout policy, exp(logp - old_logprobs), times the
+    advantage, clipped PPO-style to [1 - clip_eps, 1 + clip_eps] (0: no clipping), plus
+    `kl_coef` times the k3 KL to the reference policy when `reference_logp` is given;
+    averaged over the completion tokens. Online RL (`crucible.agents.online`) trains with
+    it too."""
+    ratio = torch.exp(logp - batch.old_logprobs)
+    advantages = batch.advantages[:, None]
+    objective = ratio * advantages
+    if clip_eps > 0:
+        objective = torch.minimum(objective, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    per_token = -objective
+    if reference_logp is not None:
+        # k3 estimator of KL(policy || reference): unbiased and always >= 0.
+        log_ratio = reference_logp - logp
+        per_token = per_token + kl_coef * (log_ratio.exp() - log_ratio - 1)
+    return masked_mean(per_token, batch.loss_mask)
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:

@@ -1,0 +1,98 @@
+"""The sampling side of online RL in process: its own copy of the policy, an engine over it,
+and the weight update that brings the trainer's new weights into the copy.
+
+The copy is a second module on the trainer's device. The trainer never shares its module
+with the engine, so generation may run in a thread while the trainer steps, and the
+weight update is a real transfer that the first update of a synchronous round can check
+(`health.check_agreement`). `load_weights` copies every parameter and buffer in place
+(`copy_` under no_grad), which is how weights reach an engine that holds a reference to
+its model; it must run while no episode is being generated.
+
+An engine caches the keys and values of prompt prefixes it has seen (the K samples of a
+task, the turns of an episode share them): computed with the old weights, they would
+be wrong under the new ones. The engine has no call that forgets them, so each policy
+version gets a fresh engine.
+"""
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from crucible.agents.loading import EnvironmentSource
+from crucible.agents.policy import PolicyVersion
+from crucible.agents.records import EpisodeRecord
+from crucible.agents.runner import EpisodeConfig, run_episodes
+from crucible.agents.sandbox import Sandbox
+from crucible.engine.config import EngineConfig
+from crucible.engine.engine import Engine
+from crucible.workloads.hf_model import LanguageModel
+from crucible.workloads.tokenizer import Tokenizer
+
+
+class Generator:
+    def __init__(
+        self,
+        model: LanguageModel,
+        tokenizer: Tokenizer,
+        source: EnvironmentSource,
+        *,
+        version: PolicyVersion,
+        engine_config: EngineConfig,
+        episode_config: EpisodeConfig,
+        sandbox: Sandbox,
+    ) -> None:
+        """model: the trainer's; the generator samples from a copy of it as it is now,
+        which is policy `version`."""
+        self.model: LanguageModel = copy.deepcopy(model).eval()
+        self.model.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.source = source
+        self.version = version
+        self.engine_config = engine_config
+        self.episode_config = episode_config
+        self.sandbox = sandbox
+        self._engine: Engine | None = None
+
+    def generate(self, tasks: Sequence[dict[str, Any]], *, seed: int) -> list[EpisodeRecord]:
+        """One episode per task, each stamped with the version of the weights it ran on."""
+        if self._engine is None:
+            self._engine = Engine(self.model, self.tokenizer, self.engine_config)
+        records = run_episodes(
+            self._engine,
+            self.source,
+            tasks,
+            seed=seed,
+            config=self.episode_config,
+            sandbox=self.sandbox,
+        )
+        return [replace(r, policy=self.version) for r in records]
+
+    def load_weights(self, model: nn.Module, version: PolicyVersion) -> float:
+        """Copy `model`'s parameters and buffers into the generator's copy, which becomes
+        policy `version`; returns the seconds it took."""
+        started = time.perf_counter()
+        source = _tensors(model)
+        target = _tensors(self.model)
+        if source.keys() != target.keys():
+            raise ValueError(
+                "the trainer's model and the generator's copy have different parameters: "
+                f"{sorted(source.keys() ^ target.keys())[:5]}"
+            )
+        with torch.no_grad():
+            for name, tensor in target.items():
+                tensor.copy_(source[name])
+        if target and next(iter(target.values())).is_cuda:
+            torch.cuda.synchronize()  # the copies are queued: time them done
+        self._engine = None  # its cached prefixes hold keys and values of the old weights
+        self.version = version
+        return time.perf_counter() - started
+
+
+def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters (a tied weight once) and buffers by name."""
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}

@@ -1,0 +1,405 @@
+"""Online RL in one process: rounds of generate -> train -> update the generator's weights
+(docs/agents.md, "Online RL in process").
+
+Each round the trainer takes the groups the buffer holds, trains `updates_per_round`
+optimizer steps on them, publishes a new policy version and copies it into the generator.
+With `max_staleness` 0 a round first generates its own batch with the current weights
+(strictly alternating: every sample trained on is from the trainer's version). With
+`max_staleness` >= 1 the generator samples the next round's batch in a thread while the
+trainer trains on this one, so those samples are one version behind when trained on, and
+the importance ratio corrects for it.
+
+`run()` -> `_round()` -> `_train()` reads top to bottom; what a round did comes back as
+a `RoundHealth`, and goes to `on_round` as it ends. `state_dict()` between rounds is
+everything that decides the rest of the run: a fresh `OnlineRL` that loads it goes on as
+the first would have.
+"""
+
+import hashlib
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from crucible.agents.buffer import Discard, Group, SampleBuffer
+from crucible.agents.generator import Generator
+from crucible.agents.health import (
+    FAILED_ENDS,
+    RoundHealth,
+    check_agreement,
+    check_failures,
+    failed_by_reason,
+)
+from crucible.agents.learner import Learner, LogprobComparison
+from crucible.agents.loading import EnvironmentSource
+from crucible.agents.policy import PolicyVersion
+from crucible.agents.records import EpisodeRecord
+from crucible.agents.rl_rows import episode_examples, group_advantages
+from crucible.agents.runner import EpisodeConfig
+from crucible.agents.sandbox import Sandbox
+from crucible.engine.config import EngineConfig
+from crucible.workloads.data import Example
+from crucible.workloads.hf_model import LanguageModel
+from crucible.workloads.tokenizer import Tokenizer
+
+DEFAULT_LOGPROB_TOLERANCE = 1e-3
+"""The largest |logp_train - logp_rollout| allowed at the first update of an on-policy
+round. On the CPU in float32 the two forwards (the engine's paged one, the trainer's
+whole-sequence one) differ only by the order of float sums, far below this; a weight that
+did not arrive, or keys and values cached under old weights, differ far above it
+(docs/agents.md gives the measurement). A GPU in bf16 needs its own measurement."""
+
+
+@dataclass(frozen=True)
+class OnlineRLConfig:
+    episodes_per_round: int = 64
+    """Episodes generated per round: `episodes_per_round / group_size` tasks, each played
+    `group_size` times."""
+
+    group_size: int = 8
+    """K, the episodes of one task whose rewards normalise each other's advantages: at
+    least 2."""
+
+    updates_per_round: int = 1
+    """Optimizer steps per round; each takes an equal share of the round's groups, so the
+    number of tasks per round must divide by it."""
+
+    max_staleness: int = 0
+    """How many policy versions a sample may lag the trainer when trained on. 0:
+    synchronous, generate then train. 1 or more: the next round's batch is generated in a
+    background thread while this round trains (one round ahead, so samples lag by at most
+    one version); a sample older than the bound is dropped and counted as `stale`."""
+
+    lr: float = 1e-5
+    """AdamW's learning rate, constant."""
+
+    weight_decay: float = 0.0
+    """AdamW weight decay on the matmul weights (`workloads/train.py` `build_optimizer`)."""
+
+    grad_clip: float = 1.0
+    """Clip the gradient norm to this; 0 does not clip."""
+
+    clip_eps: float = 0.2
+    """The importance ratio exp(logp_train - old_logp) is clipped to [1 - eps, 1 + eps]
+    (PPO-style); 0 does not clip."""
+
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the starting policy (a frozen copy is kept when > 0)."""
+
+    logprob_tolerance: float = DEFAULT_LOGPROB_TOLERANCE
+    """At the first update of a round whose samples are all from the trainer's version, the
+    largest |logp_train - logp_rollout| allowed before the run fails (`LogprobMismatch`);
+    `math.inf` turns the check off."""
+
+    max_failed_fraction: float = 0.5
+    """A batch in which more than this share of the episodes failed (the environment raised
+    or broke its contract, a tool failed, a reward was not a number) fails the run
+    (`TooManyFailedEpisodes`); below it they are counted and left out."""
+
+    seed: int = 0
+    """Seeds the tasks and the sampling of every batch."""
+
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """How episodes are played: turns, tokens per turn, sampling. Sample at temperature 1
+    with top_p 1 and top_k 0 for an unbiased gradient: the engine's logprobs, and so the
+    importance ratios, are of the untempered, unfiltered policy."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """The generator's engine. On the CPU give `num_blocks`: the default sizes the KV
+    cache at `cpu_kv_gib`, and every policy version builds a fresh engine."""
+
+    def __post_init__(self) -> None:
+        for name in ("episodes_per_round", "updates_per_round"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"online RL {name} must be a positive integer, got {value!r}")
+        k = self.group_size
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise ValueError(
+                f"online RL group_size must be an integer of at least 2 (a group's advantages "
+                f"are normalised against the others in it), got {k!r}"
+            )
+        if self.episodes_per_round % k:
+            raise ValueError(
+                f"online RL episodes_per_round={self.episodes_per_round} is not a multiple of "
+                f"group_size={k}: each task is played group_size times"
+            )
+        if self.groups_per_round % self.updates_per_round:
+            raise ValueError(
+                f"online RL's {self.groups_per_round} tasks per round (episodes_per_round / "
+                f"group_size) do not split into updates_per_round={self.updates_per_round} "
+                "equal updates"
+            )
+        staleness = self.max_staleness
+        if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+            raise ValueError(
+                f"online RL max_staleness must be an integer >= 0 (0: synchronous), got "
+                f"{staleness!r}"
+            )
+        for name in ("lr", "weight_decay", "grad_clip", "clip_eps", "kl_coef"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value >= 0 or math.isinf(value):
+                raise ValueError(f"online RL {name} must be a finite number >= 0, got {value!r}")
+        if not self.logprob_tolerance > 0:
+            raise ValueError(
+                f"online RL logprob_tolerance must be > 0 (math.inf: no check), got "
+                f"{self.logprob_tolerance!r}"
+            )
+        if not 0 <= self.max_failed_fraction <= 1:
+            raise ValueError(
+                "online RL max_failed_fraction must be from 0 to 1, got "
+                f"{self.max_failed_fraction!r}"
+            )
+
+    @property
+    def groups_per_round(self) -> int:
+        return self.episodes_per_round // self.group_size
+
+
+RoundHook = Callable[[RoundHealth], None]
+"""Receives each round's health as the round ends (`health.metrics()` for a metrics log);
+the run is between rounds then, so `state_dict()` may be taken."""
+
+
+@dataclass
+class _GeneratedBatch:
+    index: int
+    """The round it was generated for."""
+
+    records: list[EpisodeRecord]
+    seconds: float
+
+
+@dataclass
+class _Tally:
+    """What a round has done so far, for its `RoundHealth`."""
+
+    discarded_before: Counter[Discard]
+    generate_s: float = 0.0
+    train_s: float = 0.0
+    idle_s: float = 0.0
+    episodes: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    accepted: int = 0
+    trained: int = 0
+    updates: int = 0
+    rewards: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    staleness: list[int] = field(default_factory=list)
+    first_update: LogprobComparison | None = None
+    groups: list[str] = field(default_factory=list)
+
+
+class OnlineRL:
+    def __init__(
+        self,
+        config: OnlineRLConfig,
+        model: LanguageModel,
+        tokenizer: Tokenizer,
+        source: EnvironmentSource,
+        *,
+        sandbox: Sandbox | None = None,
+        start: PolicyVersion | None = None,
+        on_round: RoundHook | None = None,
+    ) -> None:
+        """model: the policy, trained in place; the generator samples from a copy of it.
+        source: the environment (`load_environment`). start: the starting policy's version,
+        naming the checkpoint it was loaded from (version 0 of no checkpoint by default)."""
+        self.config = config
+        self.source = source
+        self.on_round = on_round
+        self.max_seq_len = int(model.max_seq_len)
+        self.version = start or PolicyVersion(0)
+        """The trainer's policy version: updates published so far."""
+        self.round = 0
+        """Rounds done."""
+        self.next_batch = 0
+        """The round whose batch is generated next: one ahead of `round` once the
+        background generation has delivered it."""
+        self.buffer = SampleBuffer(max_staleness=config.max_staleness)
+        self.learner = Learner(
+            model,
+            pad_id=tokenizer.PAD,
+            lr=config.lr,
+            weight_decay=config.weight_decay,
+            grad_clip=config.grad_clip,
+            clip_eps=config.clip_eps,
+            kl_coef=config.kl_coef,
+        )
+        self.generator = Generator(
+            model,
+            tokenizer,
+            source,
+            version=self.version,
+            engine_config=config.engine,
+            episode_config=config.episode,
+            sandbox=sandbox or Sandbox(),
+        )
+
+    def run(self, rounds: int) -> list[RoundHealth]:
+        """Run `rounds` more rounds; each one's health, in order."""
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"run at least one round, got rounds={rounds!r}")
+        last = self.round + rounds
+        # One thread: the generator runs one batch at a time, one round ahead at most.
+        with ThreadPoolExecutor(1, thread_name_prefix="generator") as pool:
+            return [self._round(pool, last) for _ in range(rounds)]
+
+    def _round(self, pool: ThreadPoolExecutor, last: int) -> RoundHealth:
+        started = time.perf_counter()
+        tally = _Tally(discarded_before=Counter(self.buffer.discarded))
+        if self.next_batch <= self.round:
+            # Nothing generated for this round yet: every round of a synchronous run,
+            # the first of an asynchronous one. The trainer waits for it.
+            waited = time.perf_counter()
+            self._accept(self._generate(self._claim_batch()), tally)
+            tally.idle_s += time.perf_counter() - waited
+        ahead: Future[_GeneratedBatch] | None = None
+        if self.config.max_staleness >= 1 and self.next_batch < last:
+            ahead = pool.submit(self._generate, self._claim_batch())
+
+        training = time.perf_counter()
+        self._train(tally)
+        tally.train_s = time.perf_counter() - training
+        self.version = self.version.next()
+
+        if ahead is not None:
+            waited = time.perf_counter()
+            batch = ahead.result()
+            tally.idle_s += time.perf_counter() - waited
+            self._accept(batch, tally)
+        # The generator is idle now: nothing reads its weights while they are copied.
+        weight_update_s = self.generator.load_weights(self.learner.model, self.version)
+        health = self._health(tally, weight_update_s, time.perf_counter() - started)
+        self.round += 1
+        if self.on_round is not None:
+            self.on_round(health)
+        return health
+
+    def _claim_batch(self) -> int:
+        index, self.next_batch = self.next_batch, self.next_batch + 1
+        return index
+
+    def _generate(self, index: int) -> _GeneratedBatch:
+        """The episodes of round `index`'s batch: its tasks, each played `group_size`
+        times, with the generator's current weights (run in the background thread when
+        ahead)."""
+        started = time.perf_counter()
+        seed = batch_seed(self.config.seed, index)
+        tasks = self.source.tasks(self.config.groups_per_round, seed=seed)
+        played = [task for task in tasks for _ in range(self.config.group_size)]
+        records = self.generator.generate(played, seed=seed)
+        return _GeneratedBatch(index, records, time.perf_counter() - started)
+
+    def _accept(self, batch: _GeneratedBatch, tally: _Tally) -> None:
+        """Into the buffer, a group per task, without the failed episodes (counted)."""
+        check_failures(
+            batch.index, batch.records, max_failed_fraction=self.config.max_failed_fraction
+        )
+        tally.generate_s += batch.seconds
+        tally.episodes += len(batch.records)
+        tally.failed.update(failed_by_reason(batch.records))
+        k = self.config.group_size
+        for task in range(self.config.groups_per_round):
+            played = batch.records[task * k : (task + 1) * k]
+            valid = tuple(r for r in played if r.end not in FAILED_ENDS)
+            if valid and self.buffer.add(Group(f"{batch.index}/{task}", valid)):
+                tally.accepted += len(valid)
+
+    def _train(self, tally: _Tally) -> None:
+        share = self.config.groups_per_round // self.config.updates_per_round
+        for _ in range(self.config.updates_per_round):
+            groups = self.buffer.take(share, trainer_version=self.version.update)
+            examples = self._examples(groups)
+            if not examples:
+                continue
+            staleness = [self.version.update - g.version for g in groups]
+            on_policy_first = tally.first_update is None and max(staleness) == 0
+            result = self.learner.update(
+                examples, before_step=self._check_agreement if on_policy_first else None
+            )
+            if tally.first_update is None:
+                tally.first_update = result.comparison
+            tally.updates += 1
+            tally.losses.append(result.loss)
+            tally.grad_norms.append(result.grad_norm)
+            tally.staleness += staleness
+            tally.groups += [g.id for g in groups]
+            episodes = [e for g in groups for e in g.episodes]
+            tally.trained += len(episodes)
+            tally.rewards += [e.reward for e in episodes]
+
+    def _check_agreement(self, comparison: LogprobComparison) -> None:
+        check_agreement(self.round, comparison, tolerance=self.config.logprob_tolerance)
+
+    def _examples(self, groups: list[Group]) -> list[Example]:
+        examples: list[Example] = []
+        for group in groups:
+            advantages = group_advantages([e.reward for e in group.episodes])
+            for episode, advantage in zip(group.episodes, advantages, strict=True):
+                examples += episode_examples(episode, advantage, max_seq_len=self.max_seq_len)
+        return examples
+
+    def _health(self, tally: _Tally, weight_update_s: float, wall_s: float) -> RoundHealth:
+        discarded = Counter(self.buffer.discarded)
+        discarded.subtract(tally.discarded_before)
+        return RoundHealth(
+            round=self.round,
+            version=self.version.update,
+            wall_s=wall_s,
+            generate_s=tally.generate_s,
+            train_s=tally.train_s,
+            weight_update_s=weight_update_s,
+            idle_s=tally.idle_s,
+            episodes=tally.episodes,
+            episodes_failed=dict(sorted(tally.failed.items())),
+            samples_accepted=tally.accepted,
+            discarded={str(k): v for k, v in sorted(discarded.items()) if v},
+            samples_trained=tally.trained,
+            updates=tally.updates,
+            staleness_max=max(tally.staleness) if tally.staleness else None,
+            mean_reward=_mean(tally.rewards),
+            loss=_mean(tally.losses),
+            grad_norm=_mean(tally.grad_norms),
+            first_update=tally.first_update,
+            trained_groups=tuple(tally.groups),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that decides the rest of the run, taken between rounds (from
+        `on_round`, or after `run`): the model, the optimizer (and the KL reference), and as
+        one JSON string the version, the round, the batches generated and the buffer with
+        its accepted samples not yet trained on."""
+        progress = {
+            "version": self.version.to_record(),
+            "round": self.round,
+            "next_batch": self.next_batch,
+            "buffer": self.buffer.state_dict(),
+        }
+        return {**self.learner.state_dict(), "progress": json.dumps(progress)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from `state`: the generator gets the loaded weights, as it had them
+        between rounds."""
+        self.learner.load_state_dict(state)
+        progress = json.loads(state["progress"])
+        self.version = PolicyVersion.from_record(progress["version"])
+        self.round = int(progress["round"])
+        self.next_batch = int(progress["next_batch"])
+        self.buffer.load_state_dict(progress["buffer"])
+        self.generator.load_weights(self.learner.model, self.version)
+
+
+def batch_seed(seed: int, index: int) -> int:
+    """The seed of round `index`'s tasks and sampling."""
+    digest = hashlib.blake2b(f"online:{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,45 @@
+"""What the online-RL tests share: the tiny GPT at its own (small) initial scale, which
+samples nearly uniformly at first, and a run of the one-turn `letter_or_digit` environment
+small enough for a CPU."""
+
+import torch
+
+from crucible.agents.loading import EnvironmentSource, load_environment
+from crucible.agents.online import OnlineRL, OnlineRLConfig
+from crucible.agents.runner import EpisodeConfig
+from crucible.engine.config import EngineConfig
+from crucible.workloads.config import model_preset
+from crucible.workloads.model import GPT, build_model
+from crucible.workloads.tokenizer import ByteTokenizer
+
+ONE_CHARACTER = EpisodeConfig(max_turns=1, max_tokens_per_turn=1)
+"""One turn, one token: the reply is its first character."""
+
+
+def tiny_model(seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return build_model(model_preset("tiny"))
+
+
+def digits() -> EnvironmentSource:
+    """Reply with a digit: about 1 in 26 at first, for a model near uniform over 264 ids."""
+    return load_environment("letter_or_digit", {"kinds": ["digit"]})
+
+
+def config(**changes: object) -> OnlineRLConfig:
+    """4 tasks of 8 episodes a round, one update, synchronous, unless `changes` say
+    otherwise."""
+    fields: dict[str, object] = {
+        "episodes_per_round": 32,
+        "group_size": 8,
+        "lr": 1e-2,
+        "episode": ONE_CHARACTER,
+        "engine": EngineConfig(num_blocks=256, max_running=128),
+    }
+    return OnlineRLConfig(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def online(
+    run_config: OnlineRLConfig, *, seed: int = 0, source: EnvironmentSource | None = None
+) -> OnlineRL:
+    return OnlineRL(run_config, tiny_model(seed), ByteTokenizer(), source or digits())
