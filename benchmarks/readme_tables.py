@@ -111,6 +111,9 @@ ROLLOUT_BATCH_1_TOKENS_S = 300
 # Issue 10: the rollout path against HF `generate` measured on the same GPU.
 HF_SPEEDUP_BATCH_256 = 40.0
 HF_SPEEDUP_BATCH_1 = 20.0
+# Issue 22: the serving engine.
+ENGINE_ROOFLINE_BATCH_256 = 0.50
+ENGINE_MIXED_OVER_STATIC = 2.0
 
 
 # --- rows --------------------------------------------------------------------------------
@@ -820,6 +823,30 @@ def _vs_hf_text(v: Values, mode: str) -> str:
     )
 
 
+def _engine_text(v: Values) -> str:
+    r = v["r"]
+    engine = r["engine"]
+    others = ", ".join(
+        f"{label} {pct(r[name]['roofline_fraction'])}"
+        for name, label in (
+            ("static", "the static generator"),
+            ("hf_tuned", "HF tuned"),
+            ("hf_default", "HF default"),
+        )
+    )
+    return f"{pct(engine['roofline_fraction'])} ({num(engine['tokens_per_s'])} tokens/s; {others})"
+
+
+def _serve_text(v: Values) -> str:
+    t = v["timed"]
+    return (
+        f"{num(t['output_tokens_per_s'])} tokens/s; time to first token p50 / p99 "
+        f"{num(t['ttft_ms']['p50'])} / {num(t['ttft_ms']['p99'])} ms; between tokens "
+        f"{num(t['itl_ms']['p50'], 1)} / {num(t['itl_ms']['p99'], 1)} ms; "
+        f"{t['failed']} failed of {t['requests']}"
+    )
+
+
 GPU = Table(
     name="gpu",
     header=["what", "target", "measured", ""],
@@ -943,6 +970,52 @@ GPU = Table(
                 _vs_hf(v, 256, "tuned") >= HF_SPEEDUP_BATCH_256
                 and _vs_hf(v, 1, "tuned") >= HF_SPEEDUP_BATCH_1
             ),
+        ),
+        TargetRow(
+            label="serving engine at batch 256: share of the memory-bandwidth roofline "
+            "(124M, bf16, 256 new tokens, median of 3 alternated calls)",
+            file="gpu/engine.json",
+            values={"r": "results.256"},
+            target=f"≥ {pct(ENGINE_ROOFLINE_BATCH_256, 0)}",
+            measured=_engine_text,
+            status=lambda v: verdict(
+                v["r"]["engine"]["roofline_fraction"] >= ENGINE_ROOFLINE_BATCH_256
+            ),
+        ),
+        TargetRow(
+            label="mixed lengths (1,024 prompts, 16–960 new tokens): the engine's useful "
+            "tokens/s against static batches of 256",
+            file="gpu/engine_workloads.json",
+            values={"m": "results.mixed"},
+            target=factor(ENGINE_MIXED_OVER_STATIC),
+            measured=lambda v: (
+                f"{times(v['m']['engine_over_static']['ratio_of_medians'])} "
+                f"({num(v['m']['engine']['tokens_per_s'])} against "
+                f"{num(v['m']['static']['tokens_per_s'])} tokens/s)"
+            ),
+            status=lambda v: verdict(
+                v["m"]["engine_over_static"]["ratio_of_medians"] >= ENGINE_MIXED_OVER_STATIC
+            ),
+        ),
+        TargetRow(
+            label="8 samples per prompt (32 prompts of 512 tokens): prefix sharing on against off",
+            file="gpu/engine_workloads.json",
+            values={"p": "results.prefix.shared_over_unshared"},
+            target="less KV memory",
+            measured=lambda v: (
+                f"{pct(v['p']['peak_kv_bytes'])} of the KV memory at its peak, "
+                f"{times(v['p']['tokens_per_s'])} the tokens/s"
+            ),
+            status=lambda v: verdict(v["p"]["peak_kv_bytes"] < 1),
+        ),
+        TargetRow(
+            label="`crucible serve` under 64 concurrent streaming clients (512 requests, "
+            "256 tokens each)",
+            file="gpu/serve.json",
+            values={"timed": "timed"},
+            target="no goal set",
+            measured=_serve_text,
+            status=lambda v: "measured",
         ),
     ],
 )

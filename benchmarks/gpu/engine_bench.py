@@ -167,9 +167,11 @@ def measure(
     gc.collect()
     gc.freeze()
     times: dict[str, list[float]] = {name: [] for name in order}
+    gc_seconds: dict[str, list[float]] = {name: [] for name in order}
     for sample in range(args.samples):
         for name in order if sample % 2 == 0 else order[::-1]:
             times[name].append(timed(calls[name]))
+            gc_seconds[name].append(GC_CLOCK.take())
     floor = roofline_seconds(model, batch, prompt_len, new, bandwidth)
     result: dict[str, Any] = {
         name: {
@@ -181,6 +183,7 @@ def measure(
             ],
             "roofline_fraction": round(floor / statistics.median(values), 3),
             "warmup_seconds": [round(t, 2) for t in warmup[name]],
+            "gc_seconds": [round(t, 4) for t in gc_seconds[name]],
         }
         for name, values in times.items()
     }
@@ -189,8 +192,32 @@ def measure(
     return result
 
 
+class GcClock:
+    """Seconds spent in Python's garbage collections since the last `take()`: a call slowed
+    by them shows it in the results."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    def take(self) -> float:
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+GC_CLOCK = GcClock()
+
+
 def timed(call: Callable[[], None]) -> float:
     synchronize()
+    GC_CLOCK.take()
     started = time.perf_counter()
     call()
     synchronize()
