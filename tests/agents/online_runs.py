@@ -5,8 +5,8 @@ small enough for a CPU."""
 import torch
 
 from crucible.agents.loading import EnvironmentSource, load_environment
-from crucible.agents.online import OnlineRL, OnlineRLConfig
-from crucible.agents.runner import EpisodeConfig
+from crucible.agents.online import OnlineRL
+from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
 from crucible.engine.config import EngineConfig
 from crucible.workloads.config import model_preset
 from crucible.workloads.model import GPT, build_model

@@ -55,3 +55,13 @@ def test_the_online_rl_example_runs_as_written_and_learns(
     assert first < 0.2 < 0.6 < last
     assert len(namespace["logged"]) == 20  # type: ignore[arg-type]
     assert {"model", "optimizer", "progress"} <= set(namespace["checkpoint"])  # type: ignore[arg-type]
+
+
+def test_the_docs_show_the_online_rl_run_as_the_example_has_it() -> None:
+    docs = (REPO / "docs" / "agents.md").read_text()
+    online = docs[docs.index("## Online RL as a TrainingRun") :]
+    shown, *_ = re.findall(r"```yaml\n(.*?)```", online, flags=re.S)
+    example = (REPO / "examples" / "online-rl.yaml").read_text()
+    assert shown == "".join(
+        line for line in example.splitlines(keepends=True) if not line.startswith("#")
+    )

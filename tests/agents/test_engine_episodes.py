@@ -14,8 +14,9 @@ import torch
 
 from crucible.agents.loading import load_environment
 from crucible.agents.records import EndReason, EpisodeRecord, summary
-from crucible.agents.runner import EpisodeConfig, run_episodes
+from crucible.agents.runner import run_episodes
 from crucible.agents.sandbox import Sandbox, SandboxLimits
+from crucible.agents.settings import EpisodeConfig
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.workloads.chat import encode_chat_prompt

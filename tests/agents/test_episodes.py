@@ -10,8 +10,9 @@ import pytest
 
 from crucible.agents.loading import load_environment
 from crucible.agents.records import EndReason, EpisodeRecord, summary
-from crucible.agents.runner import EpisodeConfig, run_scripted
+from crucible.agents.runner import run_scripted
 from crucible.agents.sandbox import Sandbox, SandboxLimits
+from crucible.agents.settings import EpisodeConfig
 from tests.agents import policies
 
 CONFIG = EpisodeConfig(max_turns=4)

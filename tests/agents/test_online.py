@@ -11,8 +11,9 @@ import torch
 
 from crucible.agents.health import LogprobMismatch, RoundHealth, TooManyFailedEpisodes
 from crucible.agents.loading import load_environment
-from crucible.agents.online import DEFAULT_LOGPROB_TOLERANCE, OnlineRL
+from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
+from crucible.agents.settings import DEFAULT_LOGPROB_TOLERANCE
 from crucible.workloads.tokenizer import ByteTokenizer
 from tests.agents.online_runs import config, digits, online, tiny_model
 

@@ -10,8 +10,9 @@ import pytest
 from crucible.agents.envs.calculator import calculate
 from crucible.agents.loading import load_environment
 from crucible.agents.records import EndReason
-from crucible.agents.runner import EpisodeConfig, run_scripted
+from crucible.agents.runner import run_scripted
 from crucible.agents.sandbox import Sandbox
+from crucible.agents.settings import EpisodeConfig
 from crucible.workloads.jobs.config import ConfigError
 from tests.agents import policies
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from crucible.domain.contract import reference_workload
 from crucible.workloads.config import ModelConfig, TaskConfig, model_preset
 from crucible.workloads.jobs import datagen, rollout, train
 from crucible.workloads.jobs import eval as eval_jobs
@@ -86,6 +87,24 @@ def test_sections_are_converted_to_their_dataclasses() -> None:
         ({"model": {"preset": "huge"}}, "config.model: unknown model preset 'huge'; choose one"),
         ({"model": {"n_head": 3}}, "config.model: d_model=64 is not divisible by n_head=3"),
         ({"datagen": {"num_prompts": 0}}, "config.datagen.num_prompts must be at least 1"),
+        ({"online": {}}, "config.online.environment is required"),
+        (
+            {"online": {"environment": "calculator", "episodez": {}}},
+            "config.online.episodez is not a field; valid: environment, options, rounds",
+        ),
+        (
+            {"online": {"environment": "calculator", "episode": {"max_turns": "2"}}},
+            'config.online.episode.max_turns must be an integer, not "2"',
+        ),
+        (
+            {"online": {"environment": "calculator", "engine": {"block_size": 0}}},
+            "config.online.engine: block_size must be positive, got 0",
+        ),
+        (
+            {"online": {"environment": "calculator", "group_size": 1}},
+            "config.online: online RL group_size must be an integer of at least 2",
+        ),
+        ({"online": {"environment": "calculator", "rounds": 0}}, "config.online.rounds must be"),
     ],
 )
 def test_a_bad_config_is_one_sentence_naming_the_path(config: object, message: str) -> None:
@@ -206,3 +225,27 @@ def test_every_config_in_docs_workloads_md_is_accepted() -> None:
     assert len(blocks) >= 2
     for block in blocks:
         parse_config(block)
+
+
+def test_an_online_section_makes_the_run_online_rl() -> None:
+    config = parse_config(
+        json.dumps(
+            {
+                "online": {
+                    "environment": "letter_or_digit",
+                    "options": {"kinds": ["digit"]},
+                    "max_staleness": 1,
+                    "episode": {"max_turns": 1, "stop_token_ids": [7]},
+                    "engine": {"num_blocks": 64},
+                }
+            }
+        )
+    )
+    assert config.online is not None and parse_config(None).online is None
+    assert config.online.environment == "letter_or_digit" and config.online.rounds == 10
+    assert config.online.rl.max_staleness == 1
+    assert config.online.rl.episode.stop_token_ids == (7,)
+    assert config.online.rl.engine.num_blocks == 64
+    online_spec = {"config": {"online": {"environment": "letter_or_digit"}}}
+    assert reference_workload("train", online_spec) == "crucible.workloads.jobs.online_rl"
+    assert reference_workload("train", {"config": {}}) == "crucible.workloads.jobs.train"

@@ -198,6 +198,16 @@ class Platform:
         self.jobs.append(job)
         return job
 
+    def preempted(self, run_id: int, step: int) -> int:
+        """End attempt 1 of `run_id` as preempted and start attempt 2 from its checkpoint at
+        `step`, as the executor does after a recovery; that checkpoint's id."""
+        checkpoint = next(c for c in self.checkpoints(run_id) if c.step == step)
+        self.api.end_attempt(run_id, 1, AttemptEnd(end_reason="Preempted", exit_code=143))
+        self.api.start_attempt(
+            run_id, AttemptStart(reason="preemption", resumed_from_checkpoint_id=checkpoint.id)
+        )
+        return int(checkpoint.id)
+
     def losses(self, run_id: int) -> dict[int, float]:
         history = self.api.request("GET", f"/api/v1/runs/{run_id}/metrics", params={"keys": "loss"})
         (series,) = history["series"]
@@ -343,17 +353,13 @@ def stage2(platform: Platform, stage1: Stage1) -> Stage2:
     stopped_at = int(re.findall(rf"step (\d+)/{SFT_STEPS} ", finished.output)[-1])
 
     # The next attempt, as the executor starts it after recovery.
-    checkpoint = next(c for c in platform.checkpoints(run_id) if c.step == stopped_at)
-    platform.api.end_attempt(run_id, 1, AttemptEnd(end_reason="Preempted", exit_code=143))
-    platform.api.start_attempt(
-        run_id, AttemptStart(reason="preemption", resumed_from_checkpoint_id=checkpoint.id)
-    )
+    resume_from = platform.preempted(run_id, stopped_at)
     resumed = platform.start(
         "train",
         run_id,
         datasets=["arith-sft@1"],
         attempt=2,
-        resume_from=checkpoint.id,
+        resume_from=resume_from,
         label=f"sft attempt 2 (from step {stopped_at})",
     )
     return Stage2(sft_run, sft, run_id, stopped_at, resumed)

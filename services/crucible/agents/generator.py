@@ -26,8 +26,9 @@ from torch import nn
 from crucible.agents.loading import EnvironmentSource
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EpisodeRecord
-from crucible.agents.runner import EpisodeConfig, run_episodes
+from crucible.agents.runner import run_episodes
 from crucible.agents.sandbox import Sandbox
+from crucible.agents.settings import EpisodeConfig
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.workloads.hf_model import LanguageModel

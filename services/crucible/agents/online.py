@@ -17,7 +17,6 @@ the first would have.
 
 import hashlib
 import json
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -39,130 +38,20 @@ from crucible.agents.loading import EnvironmentSource
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EpisodeRecord
 from crucible.agents.rl_rows import episode_examples, group_advantages
-from crucible.agents.runner import EpisodeConfig
 from crucible.agents.sandbox import Sandbox
-from crucible.engine.config import EngineConfig
+from crucible.agents.settings import OnlineRLConfig
 from crucible.workloads.data import Example
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.tokenizer import Tokenizer
 
-DEFAULT_LOGPROB_TOLERANCE = 1e-3
-"""The largest |logp_train - logp_rollout| allowed at the first update of an on-policy
-round. On the CPU in float32 the two forwards (the engine's paged one, the trainer's
-whole-sequence one) differ only by the order of float sums, far below this; a weight that
-did not arrive, or keys and values cached under old weights, differ far above it
-(docs/agents.md gives the measurement). A GPU in bf16 needs its own measurement."""
-
-
-@dataclass(frozen=True)
-class OnlineRLConfig:
-    episodes_per_round: int = 64
-    """Episodes generated per round: `episodes_per_round / group_size` tasks, each played
-    `group_size` times."""
-
-    group_size: int = 8
-    """K, the episodes of one task whose rewards normalise each other's advantages: at
-    least 2."""
-
-    updates_per_round: int = 1
-    """Optimizer steps per round; each takes an equal share of the round's groups, so the
-    number of tasks per round must divide by it."""
-
-    max_staleness: int = 0
-    """How many policy versions a sample may lag the trainer when trained on. 0:
-    synchronous, generate then train. 1 or more: the next round's batch is generated in a
-    background thread while this round trains (one round ahead, so samples lag by at most
-    one version); a sample older than the bound is dropped and counted as `stale`."""
-
-    lr: float = 1e-5
-    """AdamW's learning rate, constant."""
-
-    weight_decay: float = 0.0
-    """AdamW weight decay on the matmul weights (`workloads/train.py` `build_optimizer`)."""
-
-    grad_clip: float = 1.0
-    """Clip the gradient norm to this; 0 does not clip."""
-
-    clip_eps: float = 0.2
-    """The importance ratio exp(logp_train - old_logp) is clipped to [1 - eps, 1 + eps]
-    (PPO-style); 0 does not clip."""
-
-    kl_coef: float = 0.0
-    """Weight of the KL penalty to the starting policy (a frozen copy is kept when > 0)."""
-
-    logprob_tolerance: float = DEFAULT_LOGPROB_TOLERANCE
-    """At the first update of a round whose samples are all from the trainer's version, the
-    largest |logp_train - logp_rollout| allowed before the run fails (`LogprobMismatch`);
-    `math.inf` turns the check off."""
-
-    max_failed_fraction: float = 0.5
-    """A batch in which more than this share of the episodes failed (the environment raised
-    or broke its contract, a tool failed, a reward was not a number) fails the run
-    (`TooManyFailedEpisodes`); below it they are counted and left out."""
-
-    seed: int = 0
-    """Seeds the tasks and the sampling of every batch."""
-
-    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
-    """How episodes are played: turns, tokens per turn, sampling. Sample at temperature 1
-    with top_p 1 and top_k 0 for an unbiased gradient: the engine's logprobs, and so the
-    importance ratios, are of the untempered, unfiltered policy."""
-
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    """The generator's engine. On the CPU give `num_blocks`: the default sizes the KV
-    cache at `cpu_kv_gib`, and every policy version builds a fresh engine."""
-
-    def __post_init__(self) -> None:
-        for name in ("episodes_per_round", "updates_per_round"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"online RL {name} must be a positive integer, got {value!r}")
-        k = self.group_size
-        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-            raise ValueError(
-                f"online RL group_size must be an integer of at least 2 (a group's advantages "
-                f"are normalised against the others in it), got {k!r}"
-            )
-        if self.episodes_per_round % k:
-            raise ValueError(
-                f"online RL episodes_per_round={self.episodes_per_round} is not a multiple of "
-                f"group_size={k}: each task is played group_size times"
-            )
-        if self.groups_per_round % self.updates_per_round:
-            raise ValueError(
-                f"online RL's {self.groups_per_round} tasks per round (episodes_per_round / "
-                f"group_size) do not split into updates_per_round={self.updates_per_round} "
-                "equal updates"
-            )
-        staleness = self.max_staleness
-        if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
-            raise ValueError(
-                f"online RL max_staleness must be an integer >= 0 (0: synchronous), got "
-                f"{staleness!r}"
-            )
-        for name in ("lr", "weight_decay", "grad_clip", "clip_eps", "kl_coef"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not value >= 0 or math.isinf(value):
-                raise ValueError(f"online RL {name} must be a finite number >= 0, got {value!r}")
-        if not self.logprob_tolerance > 0:
-            raise ValueError(
-                f"online RL logprob_tolerance must be > 0 (math.inf: no check), got "
-                f"{self.logprob_tolerance!r}"
-            )
-        if not 0 <= self.max_failed_fraction <= 1:
-            raise ValueError(
-                "online RL max_failed_fraction must be from 0 to 1, got "
-                f"{self.max_failed_fraction!r}"
-            )
-
-    @property
-    def groups_per_round(self) -> int:
-        return self.episodes_per_round // self.group_size
-
-
 RoundHook = Callable[[RoundHealth], None]
 """Receives each round's health as the round ends (`health.metrics()` for a metrics log);
 the run is between rounds then, so `state_dict()` may be taken."""
+
+BatchHook = Callable[[int, list[EpisodeRecord]], None]
+"""Receives each generated batch (its round's index and every episode, failed ones too) as
+the trainer accepts it into the buffer, before any checkpoint can hold it: where a job
+writes its trajectories."""
 
 
 @dataclass
@@ -206,6 +95,7 @@ class OnlineRL:
         sandbox: Sandbox | None = None,
         start: PolicyVersion | None = None,
         on_round: RoundHook | None = None,
+        on_batch: BatchHook | None = None,
     ) -> None:
         """model: the policy, trained in place; the generator samples from a copy of it.
         source: the environment (`load_environment`). start: the starting policy's version,
@@ -213,6 +103,7 @@ class OnlineRL:
         self.config = config
         self.source = source
         self.on_round = on_round
+        self.on_batch = on_batch
         self.max_seq_len = int(model.max_seq_len)
         self.version = start or PolicyVersion(0)
         """The trainer's policy version: updates published so far."""
@@ -241,14 +132,23 @@ class OnlineRL:
             sandbox=sandbox or Sandbox(),
         )
 
-    def run(self, rounds: int) -> list[RoundHealth]:
-        """Run `rounds` more rounds; each one's health, in order."""
+    def run(
+        self, rounds: int, *, should_stop: Callable[[], bool] | None = None
+    ) -> list[RoundHealth]:
+        """Run `rounds` more rounds; each one's health, in order. `should_stop` is asked
+        after each round: true ends the run there (a preemption), with the batch generated
+        ahead, if any, in the buffer."""
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"run at least one round, got rounds={rounds!r}")
         last = self.round + rounds
+        history: list[RoundHealth] = []
         # One thread: the generator runs one batch at a time, one round ahead at most.
         with ThreadPoolExecutor(1, thread_name_prefix="generator") as pool:
-            return [self._round(pool, last) for _ in range(rounds)]
+            while self.round < last:
+                history.append(self._round(pool, last))
+                if should_stop is not None and should_stop():
+                    break
+        return history
 
     def _round(self, pool: ThreadPoolExecutor, last: int) -> RoundHealth:
         started = time.perf_counter()
@@ -301,6 +201,8 @@ class OnlineRL:
         check_failures(
             batch.index, batch.records, max_failed_fraction=self.config.max_failed_fraction
         )
+        if self.on_batch is not None:
+            self.on_batch(batch.index, batch.records)
         tally.generate_s += batch.seconds
         tally.episodes += len(batch.records)
         tally.failed.update(failed_by_reason(batch.records))
@@ -373,21 +275,29 @@ class OnlineRL:
     def state_dict(self) -> dict[str, Any]:
         """Everything that decides the rest of the run, taken between rounds (from
         `on_round`, or after `run`): the model, the optimizer (and the KL reference), and as
-        one JSON string the version, the round, the batches generated and the buffer with
-        its accepted samples not yet trained on."""
-        progress = {
-            "version": self.version.to_record(),
-            "round": self.round,
-            "next_batch": self.next_batch,
-            "buffer": self.buffer.state_dict(),
-        }
-        return {**self.learner.state_dict(), "progress": json.dumps(progress)}
+        one JSON string the `progress()`."""
+        return {**self.learner.state_dict(), "progress": json.dumps(self.progress())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from `state`: the generator gets the loaded weights, as it had them
         between rounds."""
         self.learner.load_state_dict(state)
-        progress = json.loads(state["progress"])
+        self.load_progress(json.loads(state["progress"]))
+
+    def progress(self) -> dict[str, Any]:
+        """The run's state beside the learner's tensors, as JSON: the version, the round,
+        the batches generated and the buffer with its accepted samples not yet trained
+        on."""
+        return {
+            "version": self.version.to_record(),
+            "round": self.round,
+            "next_batch": self.next_batch,
+            "buffer": self.buffer.state_dict(),
+        }
+
+    def load_progress(self, progress: dict[str, Any]) -> None:
+        """Go on from `progress()`, the learner's weights already loaded: the generator
+        gets them, as it had them between rounds."""
         self.version = PolicyVersion.from_record(progress["version"])
         self.round = int(progress["round"])
         self.next_batch = int(progress["next_batch"])

@@ -15,7 +15,6 @@ import hashlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from typing import Any
 
 from crucible.agents.episode import Episode, PendingCall, Reply
@@ -23,64 +22,12 @@ from crucible.agents.loading import EnvironmentSource
 from crucible.agents.protocol import Message
 from crucible.agents.records import EndReason, EpisodeRecord
 from crucible.agents.sandbox import Sandbox, ToolRun
+from crucible.agents.settings import EpisodeConfig
 from crucible.engine.engine import Engine
-from crucible.engine.params import SamplingParams
 from crucible.workloads.chat import encode_chat_prompt
 
 ScriptedPolicy = Callable[[Sequence[Message]], str]
 """A scripted policy: the conversation so far -> the assistant's next message."""
-
-
-@dataclass(frozen=True)
-class EpisodeConfig:
-    max_turns: int = 8
-    """Assistant messages per episode, at most."""
-
-    max_tokens_per_turn: int = 256
-    """Longest assistant message in tokens (fewer when the context has less room)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop: tuple[str, ...] = ()
-    """Strings that end a turn, beside the end-of-turn token the chat template writes (EOS
-    for the built-in template); a Hugging Face template's end-of-turn token goes in
-    `stop_token_ids` where it is not the tokenizer's EOS."""
-
-    stop_token_ids: tuple[int, ...] = ()
-    max_tool_calls_per_turn: int = 4
-    """Tool calls run from one message; more get a tool message saying so."""
-
-    concurrency: int = 64
-    """Episodes live at once; the engine batches their turns."""
-
-    tool_workers: int = 4
-    """Tool calls running at once, each a process of its own."""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_turns",
-            "max_tokens_per_turn",
-            "max_tool_calls_per_turn",
-            "concurrency",
-            "tool_workers",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"episode config {name} must be a positive integer, got {value!r}")
-        self.sampling(max_tokens=self.max_tokens_per_turn, seed=0)  # bad sampling fails now
-
-    def sampling(self, *, max_tokens: int, seed: int) -> SamplingParams:
-        """The engine's parameters for one turn (an InvalidParameter names a bad field)."""
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=seed,
-            stop=self.stop,
-            stop_token_ids=self.stop_token_ids,
-        )
 
 
 def run_episodes(

@@ -21,6 +21,8 @@ CODE_PACKAGE_ENV = "CRUCIBLE_CODE_PACKAGE"
 def reference_workload(kind: str, spec: dict[str, Any]) -> str:
     """The module of the reference workload that runs a spec without a command."""
     if kind == "train":
+        if "online" in (spec.get("config") or {}):
+            return "crucible.workloads.jobs.online_rl"
         return "crucible.workloads.jobs.train"
     if kind == "eval":
         return "crucible.workloads.jobs.eval"

@@ -16,6 +16,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 from pydantic import create_model as create_pydantic_model
 from pydantic_core import ErrorDetails
 
+from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
+from crucible.engine.config import EngineConfig
 from crucible.workloads.config import (
     DataConfig,
     DatagenConfig,
@@ -55,6 +57,7 @@ _JSON_TYPES: dict[Any, Any] = {
     int | None: WholeNumber | None,
     # JSON has lists, not tuples, and strict mode would take only a tuple.
     tuple[str, ...]: Annotated[tuple[str, ...], Strict(False)],
+    tuple[int, ...]: Annotated[tuple[WholeNumber, ...], Strict(False)],
 }
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -90,6 +93,10 @@ class OptionsSection(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+_EpisodeSection = section_model(EpisodeConfig)
+_EngineSection = section_model(EngineConfig)
+
+
 SECTIONS: dict[str, type[BaseModel]] = {
     "model": section_model(
         ModelConfig,
@@ -111,11 +118,26 @@ SECTIONS: dict[str, type[BaseModel]] = {
         min_frequency=(Count, TokenizerConfig.min_frequency),
     ),
     "suite": OptionsSection,
+    "online": section_model(
+        OnlineRLConfig,
+        environment=(str, ...),
+        options=(dict[str, Any], Field(default_factory=dict)),
+        rounds=(Count, 10),
+        output=(str | None, None),
+        episode=(_EpisodeSection, Field(default_factory=_EpisodeSection)),
+        engine=(_EngineSection, Field(default_factory=_EngineSection)),
+    ),
 }
 """`config` section -> the model of the keys it takes."""
 
+_REQUIRED_FIELDS = {"online"}
+"""Sections with a field of their own that must be given: absent, the section is None."""
+
 _OPTIONAL_SECTIONS: dict[str, Any] = {
-    name: (model, Field(default_factory=model)) for name, model in SECTIONS.items()
+    name: (model | None, None)
+    if name in _REQUIRED_FIELDS
+    else (model, Field(default_factory=model))
+    for name, model in SECTIONS.items()
 }
 ConfigSections: type[BaseModel] = create_pydantic_model(
     "ConfigSections", __config__=_STRICT, **_OPTIONAL_SECTIONS
@@ -161,6 +183,8 @@ def _sentence(
         path, rest = where, loc
     path += "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in rest)
     kind = error["type"]
+    if kind == "missing":
+        return f"{path} is required"
     if kind == "extra_forbidden":
         owner = _model_at(model, loc[:-1])
         what = "section" if owner is ConfigSections else "field"
@@ -193,6 +217,26 @@ def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMo
 
 
 @dataclass(frozen=True)
+class OnlineJob:
+    """`config.online`: a TrainingRun that runs online RL (`workloads/jobs/online_rl.py`)."""
+
+    environment: str
+    """The environment: a reference environment's name or `module:attribute`
+    (`agents.loading.load_environment`)."""
+
+    options: Mapping[str, Any]
+    """Keyword arguments for the environment."""
+
+    rounds: int
+    """Rounds of generate -> train -> update in the whole run."""
+
+    output: str | None
+    """The dataset the trajectories are published as; default `<run name>-trajectories`."""
+
+    rl: OnlineRLConfig
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """CRUCIBLE_CONFIG parsed: every section built (defaults where absent) and validated."""
 
@@ -209,6 +253,9 @@ class JobConfig:
 
     suite_options: Mapping[str, Any]
     """`config.suite`: keyword arguments for the eval suite."""
+
+    online: OnlineJob | None
+    """`config.online`, when the run is online RL."""
 
     given: Mapping[str, Mapping[str, Any]]
     """The sections and fields as given (converted), to lay over a checkpoint's meta."""
@@ -242,8 +289,20 @@ def parse_config_object(value: Mapping[str, Any]) -> JobConfig:
         tokenizer=_build(TokenizerConfig, "config.tokenizer", sections["tokenizer"].model_dump()),
         rollout_num_prompts=rollout["num_prompts"],
         suite_options=sections["suite"].model_dump(),
+        online=_build_online(sections["online"]),
         given={name: given_fields(sections[name]) for name in parsed.model_fields_set},
     )
+
+
+def _build_online(section: BaseModel | None) -> OnlineJob | None:
+    if section is None:
+        return None
+    fields = section.model_dump()
+    own = {name: fields.pop(name) for name in ("environment", "options", "rounds", "output")}
+    episode = _build(EpisodeConfig, "config.online.episode", fields.pop("episode"))
+    engine = _build(EngineConfig, "config.online.engine", fields.pop("engine"))
+    rl = _build(OnlineRLConfig, "config.online", {**fields, "episode": episode, "engine": engine})
+    return OnlineJob(rl=rl, **own)
 
 
 def given_fields(section: BaseModel) -> dict[str, Any]:

@@ -1,0 +1,175 @@
+"""The settings of episodes and of online RL: plain dataclasses that check their values,
+apart from the code that runs them so that a job's config can be checked without torch
+(`workloads/jobs/config.py` makes the `config.online` section from them)."""
+
+import math
+from dataclasses import dataclass, field
+
+from crucible.engine.config import EngineConfig
+from crucible.engine.params import SamplingParams
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    max_turns: int = 8
+    """Assistant messages per episode, at most."""
+
+    max_tokens_per_turn: int = 256
+    """Longest assistant message in tokens (fewer when the context has less room)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+    """Strings that end a turn, beside the end-of-turn token the chat template writes (EOS
+    for the built-in template); a Hugging Face template's end-of-turn token goes in
+    `stop_token_ids` where it is not the tokenizer's EOS."""
+
+    stop_token_ids: tuple[int, ...] = ()
+    max_tool_calls_per_turn: int = 4
+    """Tool calls run from one message; more get a tool message saying so."""
+
+    concurrency: int = 64
+    """Episodes live at once; the engine batches their turns."""
+
+    tool_workers: int = 4
+    """Tool calls running at once, each a process of its own."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_turns",
+            "max_tokens_per_turn",
+            "max_tool_calls_per_turn",
+            "concurrency",
+            "tool_workers",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"episode config {name} must be a positive integer, got {value!r}")
+        self.sampling(max_tokens=self.max_tokens_per_turn, seed=0)  # bad sampling fails now
+
+    def sampling(self, *, max_tokens: int, seed: int) -> SamplingParams:
+        """The engine's parameters for one turn (an InvalidParameter names a bad field)."""
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=seed,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
+        )
+
+
+DEFAULT_LOGPROB_TOLERANCE = 1e-3
+"""The largest |logp_train - logp_rollout| allowed at the first update of an on-policy
+round. On the CPU in float32 the two forwards (the engine's paged one, the trainer's
+whole-sequence one) differ only by the order of float sums, far below this; a weight that
+did not arrive, or keys and values cached under old weights, differ far above it
+(docs/agents.md gives the measurement). A GPU in bf16 needs its own measurement."""
+
+
+@dataclass(frozen=True)
+class OnlineRLConfig:
+    episodes_per_round: int = 64
+    """Episodes generated per round: `episodes_per_round / group_size` tasks, each played
+    `group_size` times."""
+
+    group_size: int = 8
+    """K, the episodes of one task whose rewards normalise each other's advantages: at
+    least 2."""
+
+    updates_per_round: int = 1
+    """Optimizer steps per round; each takes an equal share of the round's groups, so the
+    number of tasks per round must divide by it."""
+
+    max_staleness: int = 0
+    """How many policy versions a sample may lag the trainer when trained on. 0:
+    synchronous, generate then train. 1 or more: the next round's batch is generated in a
+    background thread while this round trains (one round ahead, so samples lag by at most
+    one version); a sample older than the bound is dropped and counted as `stale`."""
+
+    lr: float = 1e-5
+    """AdamW's learning rate, constant."""
+
+    weight_decay: float = 0.0
+    """AdamW weight decay on the matmul weights (`workloads/train.py` `build_optimizer`)."""
+
+    grad_clip: float = 1.0
+    """Clip the gradient norm to this; 0 does not clip."""
+
+    clip_eps: float = 0.2
+    """The importance ratio exp(logp_train - old_logp) is clipped to [1 - eps, 1 + eps]
+    (PPO-style); 0 does not clip."""
+
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the starting policy (a frozen copy is kept when > 0)."""
+
+    logprob_tolerance: float = DEFAULT_LOGPROB_TOLERANCE
+    """At the first update of a round whose samples are all from the trainer's version, the
+    largest |logp_train - logp_rollout| allowed before the run fails (`LogprobMismatch`);
+    `math.inf` turns the check off."""
+
+    max_failed_fraction: float = 0.5
+    """A batch in which more than this share of the episodes failed (the environment raised
+    or broke its contract, a tool failed, a reward was not a number) fails the run
+    (`TooManyFailedEpisodes`); below it they are counted and left out."""
+
+    seed: int = 0
+    """Seeds the tasks and the sampling of every batch."""
+
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """How episodes are played: turns, tokens per turn, sampling. Sample at temperature 1
+    with top_p 1 and top_k 0 for an unbiased gradient: the engine's logprobs, and so the
+    importance ratios, are of the untempered, unfiltered policy."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """The generator's engine. On the CPU give `num_blocks`: the default sizes the KV
+    cache at `cpu_kv_gib`, and every policy version builds a fresh engine."""
+
+    def __post_init__(self) -> None:
+        for name in ("episodes_per_round", "updates_per_round"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"online RL {name} must be a positive integer, got {value!r}")
+        k = self.group_size
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise ValueError(
+                f"online RL group_size must be an integer of at least 2 (a group's advantages "
+                f"are normalised against the others in it), got {k!r}"
+            )
+        if self.episodes_per_round % k:
+            raise ValueError(
+                f"online RL episodes_per_round={self.episodes_per_round} is not a multiple of "
+                f"group_size={k}: each task is played group_size times"
+            )
+        if self.groups_per_round % self.updates_per_round:
+            raise ValueError(
+                f"online RL's {self.groups_per_round} tasks per round (episodes_per_round / "
+                f"group_size) do not split into updates_per_round={self.updates_per_round} "
+                "equal updates"
+            )
+        staleness = self.max_staleness
+        if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+            raise ValueError(
+                f"online RL max_staleness must be an integer >= 0 (0: synchronous), got "
+                f"{staleness!r}"
+            )
+        for name in ("lr", "weight_decay", "grad_clip", "clip_eps", "kl_coef"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value >= 0 or math.isinf(value):
+                raise ValueError(f"online RL {name} must be a finite number >= 0, got {value!r}")
+        if not self.logprob_tolerance > 0:
+            raise ValueError(
+                f"online RL logprob_tolerance must be > 0 (math.inf: no check), got "
+                f"{self.logprob_tolerance!r}"
+            )
+        if not 0 <= self.max_failed_fraction <= 1:
+            raise ValueError(
+                "online RL max_failed_fraction must be from 0 to 1, got "
+                f"{self.max_failed_fraction!r}"
+            )
+
+    @property
+    def groups_per_round(self) -> int:
+        return self.episodes_per_round // self.group_size
