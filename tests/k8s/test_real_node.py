@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 
 from crucible.client import ApiError, CrucibleClient
 from crucible.demo.loop import QUICK, loop_manifests
@@ -318,6 +319,64 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
     assert again.phase == Phase.Succeeded, (again, real_stack.logs())
     assert again.manifest["spec"]["image"] == steady_attempts[0]["image_id"]
     assert losses(real_stack, again.id) == losses(real_stack, runs["steady"].id)
+
+
+ONLINE_EXAMPLE = Path(__file__).parents[2] / "examples" / "online-rl.yaml"
+
+
+def online_run(namespace: str, name: str, rounds: int) -> dict[str, Any]:
+    """examples/online-rl.yaml's run, `rounds` long, as `name` on the real node."""
+    manifest: dict[str, Any] = yaml.safe_load(ONLINE_EXAMPLE.read_text())
+    manifest["metadata"] = {"name": name, "namespace": namespace}
+    manifest["spec"]["config"]["online"]["rounds"] = rounds
+    manifest["spec"]["scheduling"] = ON_REAL_NODE
+    return manifest
+
+
+def series(stack: Stack, run_id: int, key: str) -> dict[int, float]:
+    (found,) = stack.get(f"/runs/{run_id}/metrics", keys=key)["series"]
+    return dict(zip(found["steps"], found["values"], strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_evicted_online_rl_run_resumes_on_the_next_pod_as_if_never_stopped(
+    storage_ns: str, real_stack: Stack, shared_dir: Path
+) -> None:
+    rounds = 40
+    h.apply(
+        online_run(storage_ns, "online-evicted", rounds),
+        online_run(storage_ns, "online-steady", rounds),
+    )
+    first = wait_running_past(real_stack, storage_ns, "online-evicted", 3)
+    h.evict_pod(storage_ns, "online-evicted-a1-0")
+
+    runs = wait_runs(real_stack, storage_ns, ["online-evicted", "online-steady"], seconds=600)
+    for run in runs.values():
+        assert run.phase == Phase.Succeeded, (run, real_stack.logs())
+    attempts = real_stack.get(f"/runs/{first['id']}/attempts")
+    assert [a["end_reason"] for a in attempts] == ["Evicted", "Completed"], attempts
+    # SIGTERM let the round end and saved it (a checkpoint off the every-4 grid, unless the
+    # eviction came right after one), into the shared volume; the next pod resumed there.
+    checkpoint = real_stack.get(f"/checkpoints/{attempts[1]['resumed_from_checkpoint_id']}")
+    assert checkpoint["uri"].startswith(f"file://{shared_dir}/runs/{first['id']}/checkpoints/")
+    assert 3 <= checkpoint["step"] < rounds and checkpoint["meta"]["mode"] == "online"
+    assert checkpoint["meta"]["policy"]["update"] == checkpoint["step"]
+
+    steady = runs["online-steady"].id
+    reward = series(real_stack, steady, "reward")
+    curve = [reward[r] for r in sorted(reward)]
+    assert len(curve) == rounds and curve[0] < 0.2 and sum(curve[-3:]) / 3 > 0.6, curve
+    for key in ("reward", "loss", "rl/samples_trained"):
+        assert series(real_stack, first["id"], key) == series(real_stack, steady, key), key
+    # The trajectories: every batch once, the same files as the uninterrupted run's.
+    evicted_data, steady_data = (
+        real_stack.get("/datasets/resolve", project=storage_ns, ref=f"{name}-trajectories@latest")
+        for name in ("online-evicted", "online-steady")
+    )
+    assert evicted_data["record_count"] == steady_data["record_count"] == rounds * 128
+    assert evicted_data["digest"] == steady_data["digest"]
+    assert evicted_data["produced_by_run_id"] == first["id"]
 
 
 def test_workload_namespaces_enforce_the_restricted_pod_security_standard(storage_ns: str) -> None:

@@ -53,15 +53,19 @@ def test_api_down_at_start_then_every_point_arrives(
     run = crucible.init(
         run_id=run_id, api_url=server.url, max_buffered_points=50_000, max_backoff=0.2
     )
-    slowest = 0.0
+    took = []
     for step in range(2000):
         started = time.perf_counter()
         run.log({f"loss/{k}": float(step) for k in range(10)}, step=step)
-        slowest = max(slowest, time.perf_counter() - started)
+        took.append(time.perf_counter() - started)
     time.sleep(0.5)  # several failed sends with backoff
     assert run.pending_points == 20_000
     assert run.dropped_points == 0
-    assert slowest < 0.05, f"a log() call took {slowest * 1000:.1f} ms while the API was down"
+    # The pace, not the single slowest call: on two shared cores the scheduler may stall
+    # any one call (the fresh-clone CI saw one of 1 s while Go compiled beside it), while a
+    # log() that waited for the network would wait on every send's backoff.
+    p99 = sorted(took)[len(took) * 99 // 100]
+    assert p99 < 0.05, f"99% of log() calls took up to {p99 * 1000:.1f} ms while the API was down"
     unreachable = [r for r in caplog.records if "cannot send metrics" in r.getMessage()]
     assert len(unreachable) == 1, "warns once, not per retry"
 
