@@ -1,6 +1,7 @@
 """examples/online-rl.yaml runs as its comment says: `crucible submit` while `crucible up`
 runs; the local executor picks the online-RL job for its `config.online`, the run
-succeeds, its reward rises and its trajectories are published."""
+succeeds, its reward rises, its trajectories are published, and each policy checkpoint is
+scored by the `agent-environment` eval suite, the later ones better."""
 
 from pathlib import Path
 
@@ -12,9 +13,10 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "online-rl.yaml"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(420)  # past its own waits: the server's start, the run
+@pytest.mark.timeout(480)  # past its own waits: the server's start, the run
 def test_the_online_rl_example_runs_to_success_and_learns(tmp_path: Path) -> None:
-    with example_succeeds(tmp_path, EXAMPLE, runs=1, timeout=240) as done:
+    # The run and an EvalJob for each of its 4 checkpoints.
+    with example_succeeds(tmp_path, EXAMPLE, runs=5, timeout=300) as done:
         run = done.by_name["online-digits"]
         answer = done.api.request(
             "GET", f"/api/v1/runs/{run.id}/metrics", params={"keys": "reward"}
@@ -22,7 +24,14 @@ def test_the_online_rl_example_runs_to_success_and_learns(tmp_path: Path) -> Non
         (reward,) = answer["series"]
         assert reward["steps"] == list(range(1, 17))
         assert reward["values"][0] < 0.2 and sum(reward["values"][-3:]) / 3 > 0.6, reward
-        assert [c.step for c in done.api.list_checkpoints(run.id).items] == [4, 8, 12, 16]
+        checkpoints = done.api.list_checkpoints(run.id).items
+        assert [c.step for c in checkpoints] == [4, 8, 12, 16]
+        scores = {}
+        for checkpoint in checkpoints:
+            (scored,) = done.api.list_checkpoint_evals(checkpoint.id)
+            assert scored.suite == "agent-environment" and scored.scores["episodes"] == 64
+            scores[checkpoint.step] = scored.scores["mean_reward"]
+        assert scores[16] > 0.6 and scores[16] > scores[4], scores
         trajectories = done.api.request(
             "GET",
             "/api/v1/datasets/resolve",

@@ -192,7 +192,8 @@ def test_new_tokens_are_cut_to_the_models_context() -> None:
             eval_jobs.eval_job,
             {"suite": "mmlu"},
             {"checkpoint": 1},
-            "spec.suite 'mmlu' is neither a built-in eval suite (arithmetic) nor an import path",
+            "spec.suite 'mmlu' is neither a built-in eval suite (arithmetic, "
+            "agent-environment) nor an import path",
         ),
         (
             train.train,

@@ -55,7 +55,12 @@ REWARD = Kind(
     {"exact_match": "crucible.workloads.jobs.builtins:exact_match"},
 )
 EVAL_SUITE = Kind(
-    "eval suite", ("model",), {"arithmetic": "crucible.workloads.jobs.builtins:arithmetic"}
+    "eval suite",
+    ("model",),
+    {
+        "arithmetic": "crucible.workloads.jobs.builtins:arithmetic",
+        "agent-environment": "crucible.agents.eval_suite:environment_reward",
+    },
 )
 TEACHER = Kind(
     "teacher",
