@@ -126,6 +126,30 @@ def test_samples_of_one_prompt_share_its_blocks(model: GPT) -> None:
     assert cold.counters.prompt_tokens == 32 + 31 + 32  # evicted: computed again
 
 
+def test_a_reset_prefix_cache_computes_a_seen_prompt_again_under_new_weights(
+    model: GPT,
+) -> None:
+    prompt = TOK.encode("a prompt of exactly thirty-two tokens long..", bos=True)[:32]
+    served = engine(model, block_size=4)
+    first = served.generate([prompt], SamplingParams(max_tokens=4, temperature=0))[0]
+    with torch.no_grad():  # new weights in place, as online RL's weight update copies them
+        for param in model.parameters():
+            param.mul_(1.5)
+    served.reset_prefix_cache()
+    again = served.generate([prompt], SamplingParams(max_tokens=4, temperature=0))[0]
+    assert served.counters.prompt_tokens == 32 + 32, "nothing of the old weights reused"
+    (fresh,) = reference(model, [prompt], 4)
+    assert again.completions[0].tokens == fresh != first.completions[0].tokens
+
+
+def test_the_prefix_cache_is_reset_only_while_idle(model: GPT) -> None:
+    served = engine(model)
+    served.add_request(encoded()[0], SamplingParams(max_tokens=4))
+    served.step()
+    with pytest.raises(RuntimeError, match="only while the engine is idle: 1 running"):
+        served.reset_prefix_cache()
+
+
 def test_prefix_sharing_keeps_the_samples_as_they_were(model: GPT) -> None:
     prompt = encoded()[-1]
     params = SamplingParams(max_tokens=10, n=5, seed=11)

@@ -10,8 +10,8 @@ its model; it must run while no episode is being generated.
 
 An engine caches the keys and values of prompt prefixes it has seen (the K samples of a
 task, the turns of an episode share them): computed with the old weights, they would
-be wrong under the new ones. The engine has no call that forgets them, so each policy
-version gets a fresh engine.
+be wrong under the new ones, so a weight update resets that cache. The engine itself, its
+KV pool and its CUDA graphs, stays from one version to the next.
 """
 
 import copy
@@ -89,7 +89,8 @@ class Generator:
                 tensor.copy_(source[name])
         if target and next(iter(target.values())).is_cuda:
             torch.cuda.synchronize()  # the copies are queued: time them done
-        self._engine = None  # its cached prefixes hold keys and values of the old weights
+        if self._engine is not None:
+            self._engine.reset_prefix_cache()  # they hold keys and values of the old weights
         self.version = version
         return time.perf_counter() - started
 

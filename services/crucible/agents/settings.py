@@ -124,8 +124,8 @@ class OnlineRLConfig:
     importance ratios, are of the untempered, unfiltered policy."""
 
     engine: EngineConfig = field(default_factory=EngineConfig)
-    """The generator's engine. On the CPU give `num_blocks`: the default sizes the KV
-    cache at `cpu_kv_gib`, and every policy version builds a fresh engine."""
+    """The generator's engine, built once for the run. On the CPU give `num_blocks`: the
+    default sizes the KV cache at `cpu_kv_gib`."""
 
     def __post_init__(self) -> None:
         for name in ("episodes_per_round", "updates_per_round"):

@@ -76,6 +76,12 @@ class BlockPool:
             self._block_named[name] = block
             self._name_of[block] = name
 
+    def forget_names(self) -> None:
+        """Every cached prefix forgotten (the blocks' contents no longer valid, e.g. computed
+        under weights since replaced); holds and free blocks as they were."""
+        self._name_of.clear()
+        self._block_named.clear()
+
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one hold on each of `blocks`; the last hold frees it, most recent last.
         Released in reverse, so a sequence's prefix outlives its tail in the cache."""

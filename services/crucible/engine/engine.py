@@ -209,6 +209,19 @@ class Engine:
         del self._requests[request_id]
         return output
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prompt prefix, for when the model's weights change in place:
+        keys and values computed under the old weights must not be shared with sequences
+        under the new ones. Only while idle, since a running sequence's own blocks hold
+        the old weights' keys and values too. The KV pool and any captured CUDA graphs stay
+        (the graphs read the weights where they are, so an in-place copy reaches them)."""
+        if self.has_work:
+            raise RuntimeError(
+                "reset the prefix cache only while the engine is idle: "
+                f"{len(self.scheduler.running)} running, {len(self.scheduler.waiting)} waiting"
+            )
+        self.pool.forget_names()
+
     @property
     def has_work(self) -> bool:
         if self.scheduler.waiting or self.scheduler.running:
