@@ -5,6 +5,7 @@ test needs only web/node_modules (`npm ci` in web/) and `apt-get install chromiu
 Set CRUCIBLE_SCREENSHOT_DIR to keep the screenshots; otherwise they go to pytest's tmp_path.
 """
 
+import json
 import math
 import os
 import shutil
@@ -237,11 +238,7 @@ def _vite_preview(dist: Path, api_url: str, log: Path) -> Iterator[str]:
             process.kill()
 
 
-# Past its own waits: the build, the server's start, the browser's script.
-@pytest.mark.timeout(660)
-def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
-    _require_tools()
-    dist = tmp_path / "dist"
+def _build_dashboard(dist: Path) -> Path:
     build = subprocess.run(
         [str(WEB / "node_modules" / ".bin" / "vite"), "build", f"--outDir={dist}"],
         cwd=WEB,
@@ -250,6 +247,14 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
         timeout=180,
     )
     assert build.returncode == 0, build.stdout + build.stderr
+    return dist
+
+
+# Past its own waits: the build, the server's start, the browser's script.
+@pytest.mark.timeout(660)
+def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
+    _require_tools()
+    dist = _build_dashboard(tmp_path / "dist")
     screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
 
     (tmp_path / "server").mkdir()
@@ -292,3 +297,111 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
         "deployments.png",
     ):
         assert (screenshots / name).stat().st_size > 10_000, f"{name} looks empty"
+
+
+# Four rounds of an online RL run as the job logs them (RoundHealth.metrics under `rl/`,
+# with `loss` and `reward`): round 1 waits for its whole batch, later ones generate ahead.
+RL_ROUNDS = [
+    {"rl/wall_s": 4.0, "rl/generate_s": 2.0, "rl/idle_s": 2.0, "rl/samples_accepted": 8},
+    {"rl/wall_s": 3.0, "rl/generate_s": 2.0, "rl/idle_s": 1.0, "rl/samples_accepted": 8},
+    {"rl/wall_s": 3.0, "rl/generate_s": 2.0, "rl/idle_s": 0.0, "rl/samples_accepted": 6},
+    {"rl/wall_s": 2.0, "rl/generate_s": 2.0, "rl/idle_s": 0.0, "rl/samples_accepted": 8},
+]
+RL_LATEST = {"rl/kl": 0.0061, "rl/ratio_mean": 1.002, "rl/logprob_diff_max": 0.0812}
+
+
+def _seed_rl(server: LocalServer) -> tuple[int, int]:
+    """An online RL run with RL_ROUNDS logged at steps 1..4, and a plain run with a loss."""
+    headers = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+
+        def submit(name: str) -> int:
+            manifest = {
+                "apiVersion": "crucible.dev/v1alpha1",
+                "kind": "TrainingRun",
+                "metadata": {"name": name},
+                "spec": {"experiment": "agents"},
+            }
+            run = _call(client, "POST", "/runs", json={"project": "default", "manifest": manifest})
+            return int(run["id"])
+
+        rl_run, plain_run = submit("agent-rl"), submit("plain-sft")
+        rows = [
+            {
+                "step": step,
+                "values": {
+                    **values,
+                    "rl/train_s": 1.5,
+                    "rl/weight_update_s": 0.25,
+                    "rl/samples_trained": 8 if step < len(RL_ROUNDS) else 4,
+                    "rl/discarded_stale": 2 if step == 3 else 0,
+                    "rl/episodes": 8,
+                    "rl/episodes_failed": 2 if step == 3 else 0,
+                    "rl/kl": 0.001 * step,
+                    "rl/ratio_mean": 1.0,
+                    "rl/logprob_diff_max": 0.01 * step,
+                    "loss": 1 / step,
+                    "reward": 0.2 * step,
+                }
+                | (RL_LATEST if step == len(RL_ROUNDS) else {}),
+            }
+            for step, values in enumerate(RL_ROUNDS, start=1)
+        ]
+        _call(client, "POST", f"/runs/{rl_run}/metrics", json={"rows": rows})
+        plain = [{"step": s, "values": {"loss": 1 / (s + 1)}} for s in range(20)]
+        _call(client, "POST", f"/runs/{plain_run}/metrics", json={"rows": plain})
+        return rl_run, plain_run
+
+
+@pytest.mark.timeout(660)
+def test_an_online_rl_run_shows_where_its_rounds_spent_their_time(tmp_path: Path) -> None:
+    _require_tools()
+    dist = _build_dashboard(tmp_path / "dist")
+    (tmp_path / "server").mkdir()
+    with local_server(tmp_path / "server") as server:
+        rl_run, plain_run = _seed_rl(server)
+        with _vite_preview(dist, server.url, tmp_path / "vite.log") as base_url:
+            env = {
+                **os.environ,
+                "BASE_URL": base_url,
+                "TOKEN": server.token,
+                "RL_RUN_ID": str(rl_run),
+                "PLAIN_RUN_ID": str(plain_run),
+                "CHROMIUM": CHROMIUM,
+            }
+            browser = subprocess.run(
+                ["node", str(WEB / "e2e" / "rl-health.e2e.mjs")],
+                cwd=WEB,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    assert browser.returncode == 0, browser.stdout + browser.stderr
+    seen = json.loads(browser.stdout.strip().splitlines()[-1])
+    assert seen["problems"] == []
+
+    totals = seen["totals"]
+    # 3 of the 12 seconds of wall time the trainer waited for samples.
+    assert totals["Trainer idle"].startswith("25.0%")
+    assert totals["Samples"] == "30 accepted · 28 trained · 2 discarded as stale"
+    assert totals["Episodes failed"].startswith("2 of 32")
+    assert totals["Trainer vs generator"].startswith(
+        "KL 0.0061 · ratio mean 1.002 · logprob diff max 0.0812 at step 4"
+    )
+
+    header, *body, footer = seen["rows"]
+    assert header[2:] == ["Generating", "Training", "Weight update", "Idle", "Wall"]
+    assert [row[0] for row in body] == ["1", "2", "3", "4"]
+    assert body[0][2:] == ["2.00s", "1.50s", "0.25s", "2.00s", "4.00s"]
+    assert footer == ["All 4 rounds", "8.00s", "6.00s", "1.00s", "3.00s", "12.0s"]
+    # Round 1's wall time as the trainer spent it; round 4 never waited.
+    assert seen["bars"][0] == [
+        "training: 1.50s",
+        "weight update: 0.25s",
+        "idle (waiting for samples): 2.00s",
+        "other: 0.25s",
+    ]
+    assert not any(part.startswith("idle") for part in seen["bars"][3])
+
+    assert seen["plainSections"] == 0, "a run without rl/ metrics shows no RL health"

@@ -11,6 +11,7 @@ import { GoodputSummary } from '../components/GoodputSummary';
 import { LogTail } from '../components/LogTail';
 import { MetricChart } from '../components/MetricChart';
 import { PhaseBadge } from '../components/PhaseBadge';
+import { RlHealth } from '../components/RlHealth';
 import { RunPods } from '../components/RunPods';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { StepRangeForm } from '../components/StepRangeForm';
@@ -162,6 +163,7 @@ export function Run({ id }: { id: number }) {
               : 'No metrics logged yet; they appear here as the workload reports them (run.log in the SDK).'}
           </Empty>
         )}
+        {chartsAsked && <RlHealth runId={id} live={live} />}
         <div className="charts">
           {metrics.data?.series.map((series) => <MetricChart key={series.key} series={series} onZoom={setZoom} />)}
         </div>
