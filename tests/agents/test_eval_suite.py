@@ -23,25 +23,22 @@ def suite(model: torch.nn.Module | None = None, **options: object) -> dict[str, 
     return checked_metrics(plugin, plugin(handle))
 
 
+DIGITS = {
+    "environment": "letter_or_digit",
+    "options": {"kinds": ["digit"]},
+    "episodes": 48,
+    "max_turns": 1,
+    "max_tokens_per_turn": 1,
+}
+
+
 def test_it_scores_the_episodes_the_model_plays() -> None:
-    scores = suite(
-        environment="letter_or_digit",
-        options={"kinds": ["digit"]},
-        episodes=48,
-        max_turns=1,
-        max_tokens_per_turn=1,
-    )
+    scores = suite(**DIGITS)
     assert scores["episodes"] == 48 and scores["failed_episodes"] == 0
     # Near uniform over 264 ids, the tiny GPT replies with a digit about 1 time in 26.
     assert 0 <= scores["mean_reward"] < 0.2
     assert scores["turns_per_episode"] == 1 and scores["done_fraction"] == 1.0
-    again = suite(
-        environment="letter_or_digit",
-        options={"kinds": ["digit"]},
-        episodes=48,
-        max_turns=1,
-        max_tokens_per_turn=1,
-    )
+    again = suite(**DIGITS)
     assert again == scores, "same tasks, same seeds"
 
 

@@ -13,6 +13,7 @@ from crucible.agents.health import LogprobMismatch, RoundHealth, TooManyFailedEp
 from crucible.agents.loading import load_environment
 from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
+from crucible.agents.records import EpisodeRecord
 from crucible.agents.settings import DEFAULT_LOGPROB_TOLERANCE
 from crucible.workloads.tokenizer import ByteTokenizer
 from tests.agents.online_runs import config, digits, online, tiny_model
@@ -102,6 +103,26 @@ def test_with_max_staleness_1_a_round_trains_on_the_batch_sampled_while_the_last
     assert all(h.first_update.kl >= 0 for h in history)  # type: ignore[union-attr]
 
 
+def test_with_max_staleness_2_batch_i_is_sampled_by_version_i_minus_2() -> None:
+    sampled_by: dict[int, int] = {}
+
+    def note_versions(index: int, records: list[EpisodeRecord]) -> None:
+        (sampled_by[index],) = {r.policy.update for r in records if r.policy is not None}
+
+    rl = online(config(max_staleness=2, lr=5e-2))
+    rl.on_batch = note_versions
+    history = rl.run(6)
+    assert sampled_by == {0: 0, 1: 0, 2: 0, 3: 1, 4: 2, 5: 3}
+    assert [h.staleness_max for h in history] == [0, 1, 2, 2, 2, 2]
+    for number, health in enumerate(history):
+        assert {g.split("/")[0] for g in health.trained_groups} == {str(number)}
+    # From round 3 on the generator is still sampling when the trainer publishes: the new
+    # version waits as a snapshot, loaded (and timed) before the batch that needs it.
+    assert all(h.weight_update_s > 0 for h in history)
+    assert rl.generator.version == rl.version == PolicyVersion(6)
+    assert not rl._snapshots and not rl._in_flight  # nothing left behind
+
+
 def test_a_generator_not_running_the_trainers_weights_fails_the_round_loudly() -> None:
     rl = online(config())
     before = copy.deepcopy(rl.learner.model.state_dict())
@@ -158,7 +179,7 @@ class Preempted(Exception):
     pass
 
 
-@pytest.mark.parametrize("max_staleness", [0, 1])
+@pytest.mark.parametrize("max_staleness", [0, 1, 2])
 def test_a_preempted_run_resumes_exactly_without_losing_or_retraining_samples(
     max_staleness: int,
 ) -> None:

@@ -1,25 +1,30 @@
 """Online RL learns: on the one-turn `letter_or_digit` task (reply with a digit), the tiny
 GPT's reward rises from chance to most replies within 20 rounds, for every seed, both
-synchronously and one version behind; with a learning rate of 0 it stays at chance."""
+synchronously and one version behind, and within 30 two versions behind (the clipped
+importance ratio slows it); with a learning rate of 0 it stays at chance."""
 
 import pytest
 
 from crucible.agents.health import RoundHealth
 from tests.agents.online_runs import config, online
 
-ROUNDS = 20
+ROUNDS = {0: 20, 1: 20, 2: 30}
+"""By max_staleness: two versions behind learns slower (docs/agents.md, "The learning
+test", has the seeds measured)."""
 
 
 def rewards(history: list[RoundHealth]) -> list[float]:
     return [h.mean_reward if h.mean_reward is not None else 0.0 for h in history]
 
 
-def learn(seed: int, **changes: object) -> list[float]:
-    run_config = config(episodes_per_round=128, group_size=16, seed=seed, **changes)
-    return rewards(online(run_config, seed=seed).run(ROUNDS))
+def learn(seed: int, max_staleness: int = 0, **changes: object) -> list[float]:
+    run_config = config(
+        episodes_per_round=128, group_size=16, seed=seed, max_staleness=max_staleness, **changes
+    )
+    return rewards(online(run_config, seed=seed).run(ROUNDS[max_staleness]))
 
 
-@pytest.mark.parametrize("max_staleness", [0, 1])
+@pytest.mark.parametrize("max_staleness", [0, 1, 2])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_reward_rises_over_rounds(seed: int, max_staleness: int) -> None:
     curve = learn(seed, max_staleness=max_staleness)

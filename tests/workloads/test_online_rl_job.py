@@ -7,20 +7,17 @@ published trajectories are the uninterrupted run's, to the bit and the digest.""
 
 import re
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from crucible.client import CrucibleClient
 from crucible.workloads.config import model_preset
 from crucible.workloads.jobs.checkpoints import model_spec_from_meta
-from tests.conftest import ADMIN_TOKEN
-from tests.sdk.conftest import ServerProcess, server
-from tests.workloads.test_jobs import Finished, Platform
+from tests.sdk.conftest import server
+from tests.workloads.test_jobs import Finished, Platform, platform
 
-__all__ = ["server"]  # the fixture, imported for this module
+__all__ = ["platform", "server"]  # the fixtures, imported for this module
 
 ROUNDS = 16
 EVERY = 4
@@ -42,16 +39,6 @@ SPEC = {
     "config": {"model": {"preset": "tiny"}, "online": ONLINE},
     "checkpoints": {"everySteps": EVERY},
 }
-
-
-@pytest.fixture(scope="module")
-def platform(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    with CrucibleClient(server.url, ADMIN_TOKEN) as api:
-        platform = Platform(server, api, tmp_path_factory.mktemp("home"))
-        yield platform
-        for job in platform.jobs:
-            if job.process.poll() is None:
-                job.process.kill()
 
 
 @dataclass

@@ -16,7 +16,7 @@ KV pool and its CUDA graphs, stays from one version to the next.
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -73,11 +73,14 @@ class Generator:
         )
         return [replace(r, policy=self.version) for r in records]
 
-    def load_weights(self, model: nn.Module, version: PolicyVersion) -> float:
-        """Copy `model`'s parameters and buffers into the generator's copy, which becomes
-        policy `version`; returns the seconds it took."""
+    def load_weights(
+        self, weights: nn.Module | Mapping[str, torch.Tensor], version: PolicyVersion
+    ) -> float:
+        """Copy `weights` (a model's parameters and buffers, or a `weights_snapshot` of them)
+        into the generator's copy, which becomes policy `version`; returns the seconds it
+        took."""
         started = time.perf_counter()
-        source = _tensors(model)
+        source = _tensors(weights) if isinstance(weights, nn.Module) else weights
         target = _tensors(self.model)
         if source.keys() != target.keys():
             raise ValueError(
@@ -93,6 +96,14 @@ class Generator:
             self._engine.reset_prefix_cache()  # they hold keys and values of the old weights
         self.version = version
         return time.perf_counter() - started
+
+
+def weights_snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of `model`'s parameters and buffers as they are now, on their device: a
+    policy version that a generator busy with an older one loads later, while the trainer
+    goes on changing the model."""
+    with torch.no_grad():
+        return {name: tensor.detach().clone() for name, tensor in _tensors(model).items()}
 
 
 def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:

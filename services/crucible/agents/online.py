@@ -3,11 +3,13 @@
 
 Each round the trainer takes the groups the buffer holds, trains `updates_per_round`
 optimizer steps on them, publishes a new policy version and copies it into the generator.
-With `max_staleness` 0 a round first generates its own batch with the current weights
-(strictly alternating: every sample trained on is from the trainer's version). With
-`max_staleness` >= 1 the generator samples the next round's batch in a thread while the
-trainer trains on this one, so those samples are one version behind when trained on, and
-the importance ratio corrects for it.
+Batch i is sampled by policy version max(0, i - `max_staleness`), so a sample is at most
+`max_staleness` versions old when trained on, and the importance ratio corrects for it.
+With 0 a round first generates its own batch with the current weights (strictly
+alternating). With k >= 1 the generator, in a thread, samples the batches of the next k
+rounds while the trainer trains on this one: with 1 it is idle again when the round ends
+and takes the new weights then; with more it is still busy, so the new weights wait for it
+as a snapshot (`weights_snapshot`), which it loads before the batch that needs them.
 
 `run()` -> `_round()` -> `_train()` reads top to bottom; what a round did comes back as
 a `RoundHealth`, and goes to `on_round` as it ends. `state_dict()` between rounds is
@@ -21,11 +23,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crucible.agents.buffer import Discard, Group, SampleBuffer
-from crucible.agents.generator import Generator
+from crucible.agents.generator import Generator, weights_snapshot
 from crucible.agents.health import (
     FAILED_ENDS,
     RoundHealth,
@@ -61,6 +63,21 @@ class _GeneratedBatch:
 
     records: list[EpisodeRecord]
     seconds: float
+    weight_load_s: float = 0.0
+    """Loading the snapshot of its policy version first, when the generator had another."""
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "records": [r.to_record() for r in self.records],
+            "seconds": self.seconds,
+            "weight_load_s": self.weight_load_s,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "_GeneratedBatch":
+        records = [EpisodeRecord.from_record(r) for r in record["records"]]
+        return cls(record["index"], records, record["seconds"], record["weight_load_s"])
 
 
 @dataclass
@@ -71,6 +88,7 @@ class _Tally:
     generate_s: float = 0.0
     train_s: float = 0.0
     idle_s: float = 0.0
+    weight_update_s: float = 0.0
     episodes: int = 0
     failed: Counter[str] = field(default_factory=Counter)
     accepted: int = 0
@@ -110,8 +128,17 @@ class OnlineRL:
         self.round = 0
         """Rounds done."""
         self.next_batch = 0
-        """The round whose batch is generated next: one ahead of `round` once the
-        background generation has delivered it."""
+        """The round whose batch is generated next (up to `max_staleness` ahead of `round`
+        while the generator works ahead)."""
+        self.next_accept = 0
+        """The round whose batch goes into the buffer next."""
+        self._in_flight: dict[int, Future[_GeneratedBatch]] = {}
+        """Batches the generator thread is sampling, by round."""
+        self._ready: dict[int, _GeneratedBatch] = {}
+        """Batches sampled ahead and not yet accepted, kept through a checkpoint
+        (`progress()` waits for those in flight and keeps them here)."""
+        self._snapshots: dict[int, dict[str, Any]] = {}
+        """Policy versions the busy generator still has to load, by update count."""
         self.buffer = SampleBuffer(max_staleness=config.max_staleness)
         self.learner = Learner(
             model,
@@ -142,59 +169,95 @@ class OnlineRL:
             raise ValueError(f"run at least one round, got rounds={rounds!r}")
         last = self.round + rounds
         history: list[RoundHealth] = []
-        # One thread: the generator runs one batch at a time, one round ahead at most.
+        # One thread: the generator samples one batch at a time, in order.
         with ThreadPoolExecutor(1, thread_name_prefix="generator") as pool:
             while self.round < last:
                 history.append(self._round(pool, last))
                 if should_stop is not None and should_stop():
                     break
+            # What was sampled ahead is kept for the next call, not lost with the thread.
+            # (A round that raised leaves it: the run is over, its last state_dict whole.)
+            self._settle()
         return history
 
     def _round(self, pool: ThreadPoolExecutor, last: int) -> RoundHealth:
         started = time.perf_counter()
         tally = _Tally(discarded_before=Counter(self.buffer.discarded))
-        if self.next_batch <= self.round:
-            # Nothing generated for this round yet: every round of a synchronous run,
-            # the first of an asynchronous one. The trainer waits for it.
-            waited = time.perf_counter()
-            self._accept(self._generate(self._claim_batch()), tally)
-            tally.idle_s += time.perf_counter() - waited
-        ahead: Future[_GeneratedBatch] | None = None
-        if self.config.max_staleness >= 1 and self.next_batch < last:
-            ahead = pool.submit(self._generate, self._claim_batch())
+        if self.next_accept <= self.round:
+            # This round's batch is not in the buffer yet: every round of a synchronous
+            # run, the first of an asynchronous one. The trainer waits for it.
+            self._accept_next(tally)
+        # Work ahead: the batches of the next max_staleness rounds, those the run has.
+        while self.next_batch < min(last, self.round + self.config.max_staleness + 1):
+            index = self.next_batch
+            self._in_flight[index] = pool.submit(self._generate, index)
+            self.next_batch += 1
 
         training = time.perf_counter()
         self._train(tally)
         tally.train_s = time.perf_counter() - training
         self.version = self.version.next()
 
-        if ahead is not None:
-            waited = time.perf_counter()
-            batch = ahead.result()
-            tally.idle_s += time.perf_counter() - waited
-            self._accept(batch, tally)
-        # The generator is idle now: nothing reads its weights while they are copied.
-        weight_update_s = self.generator.load_weights(self.learner.model, self.version)
-        health = self._health(tally, weight_update_s, time.perf_counter() - started)
+        if self.next_accept < self.next_batch:
+            self._accept_next(tally)  # the next round's batch, sampled while this trained
+        self._publish(tally)
+        health = self._health(tally, time.perf_counter() - started)
         self.round += 1
         if self.on_round is not None:
             self.on_round(health)
         return health
 
-    def _claim_batch(self) -> int:
-        index, self.next_batch = self.next_batch, self.next_batch + 1
-        return index
+    def _accept_next(self, tally: _Tally) -> None:
+        """Batch `next_accept` into the buffer: kept from before, sampled in the thread
+        (waiting for it, as idle time), or sampled here when it was not started."""
+        index = self.next_accept
+        waited = time.perf_counter()
+        batch = self._ready.pop(index, None)
+        if batch is None and index in self._in_flight:
+            batch = self._in_flight.pop(index).result()
+        if batch is None:
+            self.next_batch = max(self.next_batch, index + 1)
+            batch = self._generate(index)
+        tally.idle_s += time.perf_counter() - waited
+        tally.weight_update_s += batch.weight_load_s
+        self._accept(batch, tally)
+        self.next_accept = index + 1
+
+    def _publish(self, tally: _Tally) -> None:
+        """Bring the trainer's new version to the generator: straight into its copy when it
+        is idle, else as a snapshot it loads before the batch that needs it."""
+        started = time.perf_counter()
+        if not self._in_flight:
+            self.generator.load_weights(self.learner.model, self.version)
+            self._snapshots.clear()
+        elif self.version.update + self.config.max_staleness >= self.next_batch:
+            self._snapshots[self.version.update] = weights_snapshot(self.learner.model)
+        tally.weight_update_s += time.perf_counter() - started
+
+    def _version_for(self, index: int) -> int:
+        """The policy version (update count) that samples round `index`'s batch."""
+        return max(0, index - self.config.max_staleness)
 
     def _generate(self, index: int) -> _GeneratedBatch:
         """The episodes of round `index`'s batch: its tasks, each played `group_size`
-        times, with the generator's current weights (run in the background thread when
-        ahead)."""
+        times, by its policy version (loaded from its snapshot first when the generator has
+        another); in the generator thread when sampled ahead."""
+        loaded = 0.0
+        wanted = self._version_for(index)
+        if self.generator.version.update != wanted:
+            version = replace(self.generator.version, update=wanted)
+            loaded = self.generator.load_weights(self._snapshots.pop(wanted), version)
         started = time.perf_counter()
         seed = batch_seed(self.config.seed, index)
         tasks = self.source.tasks(self.config.groups_per_round, seed=seed)
         played = [task for task in tasks for _ in range(self.config.group_size)]
         records = self.generator.generate(played, seed=seed)
-        return _GeneratedBatch(index, records, time.perf_counter() - started)
+        return _GeneratedBatch(index, records, time.perf_counter() - started, loaded)
+
+    def _settle(self) -> None:
+        """Wait for every batch in flight and keep it, to be accepted in its round."""
+        for index in sorted(self._in_flight):
+            self._ready[index] = self._in_flight.pop(index).result()
 
     def _accept(self, batch: _GeneratedBatch, tally: _Tally) -> None:
         """Into the buffer, a group per task, without the failed episodes (counted)."""
@@ -247,7 +310,7 @@ class OnlineRL:
                 examples += episode_examples(episode, advantage, max_seq_len=self.max_seq_len)
         return examples
 
-    def _health(self, tally: _Tally, weight_update_s: float, wall_s: float) -> RoundHealth:
+    def _health(self, tally: _Tally, wall_s: float) -> RoundHealth:
         discarded = Counter(self.buffer.discarded)
         discarded.subtract(tally.discarded_before)
         return RoundHealth(
@@ -256,7 +319,7 @@ class OnlineRL:
             wall_s=wall_s,
             generate_s=tally.generate_s,
             train_s=tally.train_s,
-            weight_update_s=weight_update_s,
+            weight_update_s=tally.weight_update_s,
             idle_s=tally.idle_s,
             episodes=tally.episodes,
             episodes_failed=dict(sorted(tally.failed.items())),
@@ -286,12 +349,15 @@ class OnlineRL:
 
     def progress(self) -> dict[str, Any]:
         """The run's state beside the learner's tensors, as JSON: the version, the round,
-        the batches generated and the buffer with its accepted samples not yet trained
-        on."""
+        the batches generated and accepted, the batches sampled ahead (after waiting for
+        those in flight) and the buffer with its accepted samples not yet trained on."""
+        self._settle()
         return {
             "version": self.version.to_record(),
             "round": self.round,
             "next_batch": self.next_batch,
+            "next_accept": self.next_accept,
+            "ready": [self._ready[i].to_record() for i in sorted(self._ready)],
             "buffer": self.buffer.state_dict(),
         }
 
@@ -301,7 +367,12 @@ class OnlineRL:
         self.version = PolicyVersion.from_record(progress["version"])
         self.round = int(progress["round"])
         self.next_batch = int(progress["next_batch"])
+        self.next_accept = int(progress["next_accept"])
+        ready = (_GeneratedBatch.from_record(r) for r in progress["ready"])
+        self._ready = {batch.index: batch for batch in ready}
         self.buffer.load_state_dict(progress["buffer"])
+        # The batches still to sample need this version or later: nothing older is kept.
+        self._snapshots.clear()
         self.generator.load_weights(self.learner.model, self.version)
 
 

@@ -85,9 +85,9 @@ class OnlineRLConfig:
 
     max_staleness: int = 0
     """How many policy versions a sample may lag the trainer when trained on. 0:
-    synchronous, generate then train. 1 or more: the next round's batch is generated in a
-    background thread while this round trains (one round ahead, so samples lag by at most
-    one version); a sample older than the bound is dropped and counted as `stale`."""
+    synchronous, generate then train. k >= 1: batch i is sampled by version max(0, i - k),
+    in a background thread, up to k rounds ahead of the trainer; a sample older than the
+    bound (after a resume with a tighter one) is dropped and counted as `stale`."""
 
     lr: float = 1e-5
     """AdamW's learning rate, constant."""
