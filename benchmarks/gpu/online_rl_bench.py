@@ -1,0 +1,166 @@
+"""Online RL on the GPU (issue 23): synchronous against `max_staleness` 1 and 2 on the same
+task, and the weight update from trainer to generator.
+
+    python benchmarks/gpu/online_rl_bench.py --out online_rl.json
+
+"rounds": `OnlineRL` (the library the online TrainingRun drives) on `letter_or_digit` with
+digits only, every reply `--reply-tokens` long (the reward reads its first character; the
+rest makes generation cost what a real reply costs), the 124M GPT from fresh weights in
+float32 (the learner has no bf16 autocast yet), `--episodes` episodes a round in groups of
+16. Each `max_staleness` runs `--rounds` rounds from the same weights and seed; reported:
+the first round whose mean reward reaches `--target` and the wall time to the end of it,
+episodes sampled per second, and the trainer's idle share (time waiting for samples over
+wall time). The three are run one after another in one process, `--samples` times in
+alternating order.
+
+"weights": the in-process weight update (`Generator.load_weights`, a device-to-device copy
+of every parameter and buffer into the generator's copy) and the snapshot a busy generator
+loads later (`weights_snapshot`), for the 124M and 1.3B shapes in bf16 and float32, median
+of 5 after 2 warm-ups.
+
+`--device cpu --preset tiny --episodes 64 --rounds 3 --reply-tokens 4 --parts rounds` only
+tries the script. On the device machine, carry `.whl` (`wheels.sh`) and install it first,
+as `serve_bench.py` says: the environments' loader checks its options with pydantic.
+"""
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+from common import out_dir, write_result
+
+from crucible.agents.generator import Generator, weights_snapshot
+from crucible.agents.loading import load_environment
+from crucible.agents.online import OnlineRL
+from crucible.agents.policy import PolicyVersion
+from crucible.agents.sandbox import Sandbox
+from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
+from crucible.engine.config import EngineConfig
+from crucible.workloads.config import model_preset
+from crucible.workloads.model import build_model
+from crucible.workloads.tokenizer import ByteTokenizer
+
+STALENESS = (0, 1, 2)
+GROUP = 16
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def rounds_run(args: argparse.Namespace, max_staleness: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = build_model(model_preset(args.preset), device=args.device)
+    config = OnlineRLConfig(
+        episodes_per_round=args.episodes,
+        group_size=GROUP,
+        max_staleness=max_staleness,
+        lr=args.lr,
+        seed=0,
+        episode=EpisodeConfig(
+            max_turns=1, max_tokens_per_turn=args.reply_tokens, concurrency=args.episodes
+        ),
+        engine=EngineConfig(max_running=args.episodes),
+    )
+    source = load_environment("letter_or_digit", {"kinds": ["digit"]})
+    rl = OnlineRL(config, model, ByteTokenizer(), source)
+    synchronize()
+    started = time.perf_counter()
+    ends: list[float] = []
+    rl.on_round = lambda _: ends.append(time.perf_counter() - started)
+    history = rl.run(args.rounds)
+    rewards = [h.mean_reward or 0.0 for h in history]
+    reached = next((i for i, r in enumerate(rewards) if r >= args.target), None)
+    wall = sum(h.wall_s for h in history)
+    return {
+        "max_staleness": max_staleness,
+        "rewards": [round(r, 4) for r in rewards],
+        "rounds_to_target": None if reached is None else reached + 1,
+        "seconds_to_target": None if reached is None else round(ends[reached], 2),
+        "seconds": round(ends[-1], 2),
+        "episodes_per_s": round(sum(h.episodes for h in history) / ends[-1], 1),
+        "idle_share": round(sum(h.idle_s for h in history) / wall, 3),
+        "generate_s": round(sum(h.generate_s for h in history), 2),
+        "train_s": round(sum(h.train_s for h in history), 2),
+        "weight_update_s": round(sum(h.weight_update_s for h in history), 3),
+        "staleness_max": [h.staleness_max for h in history],
+    }
+
+
+def weights_part(device: str) -> list[dict[str, Any]]:
+    results = []
+    source = load_environment("letter_or_digit", {"kinds": ["digit"]})
+    for preset in ("124M", "1.3B"):
+        for dtype in (torch.bfloat16, torch.float32):
+            model = build_model(model_preset(preset), device=device).to(dtype)
+            generator = Generator(
+                model,
+                ByteTokenizer(),
+                source,
+                version=PolicyVersion(0),
+                engine_config=EngineConfig(),
+                episode_config=EpisodeConfig(),
+                sandbox=Sandbox(),
+            )
+            loads, snapshots = [], []
+            for i in range(7):
+                loads.append(generator.load_weights(model, PolicyVersion(i + 1)))
+                synchronize()
+                began = time.perf_counter()
+                snapshot = weights_snapshot(model)
+                synchronize()
+                snapshots.append(time.perf_counter() - began)
+                del snapshot
+            size = sum(p.numel() * p.element_size() for p in model.parameters())
+            results.append(
+                {
+                    "preset": preset,
+                    "dtype": str(dtype),
+                    "bytes": size,
+                    "load_ms": round(statistics.median(loads[2:]) * 1e3, 3),
+                    "snapshot_ms": round(statistics.median(snapshots[2:]) * 1e3, 3),
+                }
+            )
+            print(results[-1], flush=True)
+            del generator, model
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--parts", nargs="+", choices=("rounds", "weights"), default=["rounds", "weights"]
+    )
+    parser.add_argument("--samples", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--episodes", type=int, default=512)
+    parser.add_argument("--reply-tokens", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--preset", default="124M")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", default="online_rl.json")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"rounds": [], "weights": []}
+    for part in args.parts:
+        if part == "rounds":
+            for sample in range(args.samples):
+                order = STALENESS if sample % 2 == 0 else STALENESS[::-1]
+                for k in order:
+                    results["rounds"].append(rounds_run(args, k) | {"sample": sample})
+                    print(results["rounds"][-1], flush=True)
+        else:
+            results["weights"] = weights_part(args.device)
+        write_result(
+            out_dir() / args.out,
+            {"benchmark": "online_rl", "args": vars(args), "results": results},
+        )
+
+
+if __name__ == "__main__":
+    main()
