@@ -123,6 +123,7 @@ def measure(
     torch._dynamo.reset()
     new, prompt_len = args.new_tokens, args.prompt_len
     calls: dict[str, Callable[[], None]] = {}
+    engine_steps: Callable[[], dict[str, Any]] | None = None
     if "static" in systems:
         static = fast_generator(
             model,
@@ -151,6 +152,34 @@ def measure(
             assert all(len(o.completions[0].tokens) == new for o in outputs)
 
         calls["engine"] = run_engine
+
+        def timed_steps() -> dict[str, Any]:
+            """One more call, each step timed: where a call's time goes beyond the steps'
+            median (not one of the samples)."""
+            ids = [engine.add_request(p, params) for p in prompts(batch)]
+            seconds = []
+            synchronize()
+            started = time.perf_counter()
+            while engine.has_work:
+                step = time.perf_counter()
+                engine.step()
+                seconds.append(time.perf_counter() - step)
+            synchronize()
+            total = time.perf_counter() - started
+            for request in ids:
+                engine.release(request)
+            slowest = sorted(range(len(seconds)), key=lambda i: -seconds[i])[:8]
+            return {
+                "call_s": round(total, 4),
+                "steps": len(seconds),
+                "steps_s": round(sum(seconds), 4),
+                "median_ms": round(statistics.median(seconds) * 1e3, 3),
+                "p90_ms": round(sorted(seconds)[len(seconds) * 9 // 10] * 1e3, 3),
+                "slowest_ms": [[i, round(seconds[i] * 1e3, 2)] for i in slowest],
+                "gc_s": round(GC_CLOCK.take(), 4),
+            }
+
+        engine_steps = timed_steps
     device = model.wte.weight.device
     for name in HF_SYSTEMS:
         if name in systems:
@@ -172,6 +201,7 @@ def measure(
         for name in order if sample % 2 == 0 else order[::-1]:
             times[name].append(timed(calls[name]))
             gc_seconds[name].append(GC_CLOCK.take())
+    diagnosis = engine_steps() if engine_steps is not None else None
     floor = roofline_seconds(model, batch, prompt_len, new, bandwidth)
     result: dict[str, Any] = {
         name: {
@@ -188,6 +218,8 @@ def measure(
         for name, values in times.items()
     }
     result["roofline_seconds"] = round(floor, 4)
+    if diagnosis is not None:
+        result["engine_steps"] = diagnosis
     print(batch, result, flush=True)
     return result
 
@@ -259,7 +291,8 @@ def main() -> None:
     # between calls, and the default one must not see them.
     hf_models = {name: hf_copy(model) for name in HF_SYSTEMS if name in args.systems}
     bandwidth = copy_bandwidth(args.device)
-    calls = len(args.systems) * (args.samples + args.warmup_calls)
+    # The timed and warm-up calls, and the engine's one call timed step by step.
+    calls = len(args.systems) * (args.samples + args.warmup_calls) + 1
     corpus = byte_corpus(args.prompt_len * sum(args.batches) * calls)
     offset = 0
 
