@@ -176,6 +176,7 @@ class Platform:
         label: str = "",
         cwd: Path | None = None,
         replicas: int = 1,
+        extra_env: dict[str, str] | None = None,
     ) -> Job:
         spec = self.api.get_run(run_id).manifest["spec"]  # as stored: defaults filled in
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
@@ -194,6 +195,7 @@ class Platform:
         }
         if resume_from is not None:
             env["CRUCIBLE_RESUME_FROM"] = str(resume_from)
+        env |= extra_env or {}
         job = Job(module, env, label or module, cwd, replicas)
         self.jobs.append(job)
         return job

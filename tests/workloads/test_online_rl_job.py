@@ -139,3 +139,13 @@ def test_the_trajectories_are_published_once_each_stamped_with_its_policy(
     # Every batch once, the one generated ahead of the preemption not again: same files.
     assert whole["record_count"] == preempted["record_count"] == ROUNDS * EPISODES
     assert whole["digest"] == preempted["digest"]
+
+
+def test_a_run_of_several_processes_is_refused_naming_them(platform: Platform) -> None:
+    run_id = platform.submit("train", **SPEC)
+    # As torchrun starts each of two processes.
+    job = platform.start("online_rl", run_id, extra_env={"WORLD_SIZE": "2", "RANK": "0"})
+    finished = job.result()
+    assert finished.returncode == 2, finished.output
+    assert "online RL runs in one process, and this run has 2 (WORLD_SIZE)" in finished.output
+    assert platform.checkpoints(run_id) == []

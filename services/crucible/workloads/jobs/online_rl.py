@@ -54,6 +54,12 @@ def online_rl() -> None:
     job = env.config.online
     if job is None:
         raise ConfigError("an online RL run needs config.online (CRUCIBLE_CONFIG has none)")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise ConfigError(
+            f"online RL runs in one process, and this run has {world} (WORLD_SIZE); give it "
+            "nodes: 1 and processesPerNode: 1 (gpusPerNode beyond 1 goes unused)"
+        )
     every = env.spec_object("checkpoints").get("everySteps", 100)  # the spec's default
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ConfigError(f"spec.checkpoints.everySteps must be a positive integer: {every}")
