@@ -93,9 +93,9 @@ def online_rl() -> None:
     torch.manual_seed(job.rl.seed)
     model = resolved.local.build(device=torch_setup.device)
     if record is not None:
-        state = model.state_dict()
-        load_weights(run, record, state)
-        model.load_state_dict(state)
+        weights = model.state_dict()
+        load_weights(run, record, weights)
+        model.load_state_dict(weights)
         log.info(
             "policy from checkpoint %d (run %d, step %d)", record.id, record.run_id, record.step
         )
@@ -120,7 +120,7 @@ def online_rl() -> None:
 
     def end_of_round(health: "RoundHealth") -> None:
         """Log the round; checkpoint it when it is due, the last, or the one SIGTERM ends
-        (the run is between rounds here, a batch generated ahead already in the buffer)."""
+        (the run is between rounds here; the batches sampled ahead go into the checkpoint)."""
         nonlocal stopping
         done = health.round + 1
         run.log(round_metrics(health), step=done)
@@ -141,8 +141,8 @@ def online_rl() -> None:
 
     online.on_round = end_of_round
     if online.round < job.rounds:
-        # One call for all the rounds left: a round generates the next one's batch while it
-        # trains only inside a call.
+        # One call for all the rounds left: the generator works ahead of the trainer only
+        # within a call.
         online.run(job.rounds - online.round, should_stop=lambda: stopping)
     if stopping:
         log.info("stopped after round %d on SIGTERM, checkpoint saved", online.round)
