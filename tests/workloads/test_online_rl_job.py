@@ -139,6 +139,10 @@ def test_the_trajectories_are_published_once_each_stamped_with_its_policy(
     # Every batch once, the one generated ahead of the preemption not again: same files.
     assert whole["record_count"] == preempted["record_count"] == ROUNDS * EPISODES
     assert whole["digest"] == preempted["digest"]
+    # The lineage from a trajectory to the weights of its policy version, where kept.
+    kept = {str(c.step): c.id for c in platform.checkpoints(runs.whole)}
+    assert whole["schema"]["policy_checkpoints"] == kept
+    assert whole["schema"]["policy_start_checkpoint"] is None  # fresh weights
 
 
 def test_a_run_of_several_processes_is_refused_naming_them(platform: Platform) -> None:

@@ -183,6 +183,17 @@ class Run:
         """This run's newest live checkpoint (None before its first)."""
         return self._client.latest_checkpoint(self.id)
 
+    def checkpoints(self) -> list[CheckpointPublic]:
+        """This run's live checkpoints (those retention has not deleted), every page."""
+        found: list[CheckpointPublic] = []
+        cursor = None
+        while True:
+            page = self._client.list_checkpoints(self.id, cursor=cursor)
+            found += page.items
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
+
     def get_checkpoint(self, checkpoint_id: int) -> CheckpointPublic:
         """A registered checkpoint's record (step, URI, digest, `meta`), of any run."""
         return self._client.get_checkpoint(checkpoint_id)

@@ -14,7 +14,8 @@ Each generated batch's episodes are written to `trajectories/batch-NNNNN.jsonl` 
 run's outputs as the trainer accepts them, each stamped with its policy version. A batch
 generated again after a resume is the same batch (same seed, same weights) and replaces its
 file. After the last round the directory is published as dataset `config.online.output`
-(default `<run name>-trajectories`), produced by the run. SIGTERM ends the round in
+(default `<run name>-trajectories`), produced by the run, its schema mapping each policy
+version the run checkpointed to that checkpoint. SIGTERM ends the round in
 progress, saves and exits 143.
 """
 
@@ -38,6 +39,7 @@ from crucible.workloads.jobs.process import run_job, setup_torch
 if TYPE_CHECKING:
     from crucible.agents.health import RoundHealth
     from crucible.agents.records import EpisodeRecord
+    from crucible.schemas.lineage import CheckpointPublic
 
 log = logging.getLogger("crucible.workloads.online_rl")
 
@@ -153,10 +155,24 @@ def online_rl() -> None:
         name,
         trajectories,
         record_count=sum(_lines(p) for p in trajectories.glob("*.jsonl")),
-        schema={"format": "jsonl", "records": "crucible.agents.records.EpisodeRecord"},
+        schema={
+            "format": "jsonl",
+            "records": "crucible.agents.records.EpisodeRecord",
+            "environment": job.environment,
+            # A record's policy.update -> the checkpoint holding those weights, for the
+            # versions the run kept: trajectories join their policy through the lineage.
+            "policy_checkpoints": policy_checkpoints(run.checkpoints()),
+            "policy_start_checkpoint": start.checkpoint_id,
+        },
     )
     log.info("trajectories published as %s@%s", name, published.version)
     run.finish()
+
+
+def policy_checkpoints(checkpoints: "list[CheckpointPublic]") -> dict[str, int]:
+    """The run's live checkpoints by the policy version they hold (JSON keys: strings)."""
+    by_version = {str(c.meta["policy"]["update"]): c.id for c in checkpoints if "policy" in c.meta}
+    return dict(sorted(by_version.items(), key=lambda item: int(item[0])))
 
 
 def round_metrics(health: "RoundHealth") -> dict[str, float]:
