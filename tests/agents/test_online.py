@@ -123,6 +123,14 @@ def test_with_max_staleness_2_batch_i_is_sampled_by_version_i_minus_2() -> None:
     assert not rl._snapshots and not rl._in_flight  # nothing left behind
 
 
+def test_a_run_in_two_calls_goes_on_with_the_weights_the_first_left() -> None:
+    rl = online(config(max_staleness=2))
+    first = rl.run(3)  # batches 0 to 2, the last round sampling nothing ahead
+    second = rl.run(3)
+    assert [h.staleness_max for h in first + second] == [0, 1, 2, 0, 1, 2]
+    assert rl.version == rl.generator.version == PolicyVersion(6)
+
+
 def test_a_generator_not_running_the_trainers_weights_fails_the_round_loudly() -> None:
     rl = online(config())
     before = copy.deepcopy(rl.learner.model.state_dict())

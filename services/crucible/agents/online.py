@@ -244,9 +244,17 @@ class OnlineRL:
         another); in the generator thread when sampled ahead."""
         loaded = 0.0
         wanted = self._version_for(index)
-        if self.generator.version.update != wanted:
+        snapshot = self._snapshots.pop(wanted, None)
+        if snapshot is not None and self.generator.version.update != wanted:
             version = replace(self.generator.version, update=wanted)
-            loaded = self.generator.load_weights(self._snapshots.pop(wanted), version)
+            loaded = self.generator.load_weights(snapshot, version)
+        elif self.generator.version.update < wanted:
+            raise RuntimeError(
+                f"batch {index} is for policy version {wanted}, which never reached the "
+                f"generator (it has {self.generator.version.update})"
+            )
+        # Else the generator has it, or a newer one: a batch the last call of run() left
+        # for later, sampled by the weights the generator took at that call's end.
         started = time.perf_counter()
         seed = batch_seed(self.config.seed, index)
         tasks = self.source.tasks(self.config.groups_per_round, seed=seed)
