@@ -1,11 +1,14 @@
-"""What the GPU benchmarks share: the import path, the corpus, the environment record and the
-results file format. Imports only torch and the workloads library, so the scripts run on a
-machine that has PyTorch and nothing else of ours."""
+"""What the GPU benchmarks share: the import path, the corpus, the model they measure, timing
+with the device's queue drained, the environment record and the results file format. Imports
+only torch and the workloads library, so the scripts run on a machine that has PyTorch and
+nothing else of ours."""
 
 import json
 import os
 import platform
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "services"))
 
 import torch  # noqa: E402
+
+from crucible.workloads.config import model_preset  # noqa: E402
 
 PEAK_BF16_FLOPS = 989e12
 """H100/H200 SXM dense bf16 tensor-core peak, the MFU denominator the issue fixes."""
@@ -70,3 +75,30 @@ def write_result(path: Path | str, payload: dict[str, Any]) -> None:
 def out_dir() -> Path:
     """$OUT on the device machine, else benchmarks/results/gpu/raw."""
     return Path(os.environ.get("OUT") or REPO / "benchmarks" / "results" / "gpu" / "raw")
+
+
+def synchronize() -> None:
+    """Wait for the device's queued work (nothing on the CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def seconds_of(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Wall seconds of one call of `fn`, device work included, and what it returned."""
+    synchronize()
+    started = time.perf_counter()
+    output = fn()
+    synchronize()
+    return time.perf_counter() - started, output
+
+
+def bench_model(preset: str, device: str) -> Any:
+    """The built-in GPT of `preset` with fresh weights from seed 0, in bf16 on CUDA, in
+    eval mode: the model the generation benchmarks measure."""
+    from crucible.workloads.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(model_preset(preset), device=device)
+    if device == "cuda":
+        model = model.to(torch.bfloat16)
+    return model.eval()

@@ -31,16 +31,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from common import byte_corpus, out_dir, write_result
+from common import bench_model, byte_corpus, out_dir, seconds_of, synchronize, write_result
 from rollout_bench import hf_tuned_mode
 
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.params import SamplingParams
-from crucible.workloads.config import model_preset
 from crucible.workloads.export import gpt2_config, gpt_to_gpt2_state
 from crucible.workloads.generate import fast_generator
-from crucible.workloads.model import GPT, build_model
+from crucible.workloads.model import GPT
 from crucible.workloads.tokenizer import ByteTokenizer
 
 BLOCK_SIZE = 16
@@ -250,15 +249,7 @@ GC_CLOCK = GcClock()
 def timed(call: Callable[[], None]) -> float:
     synchronize()
     GC_CLOCK.take()
-    started = time.perf_counter()
-    call()
-    synchronize()
-    return time.perf_counter() - started
-
-
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    return seconds_of(call)[0]
 
 
 def main() -> None:
@@ -282,11 +273,7 @@ def main() -> None:
     parser.add_argument("--preset", default="124M")
     args = parser.parse_args()
 
-    torch.manual_seed(0)
-    model = build_model(model_preset(args.preset), device=args.device)
-    if args.device == "cuda":
-        model = model.to(torch.bfloat16)
-    model.eval()
+    model = bench_model(args.preset, args.device)
     # One HF instance per mode: the tuned one keeps its static cache and compiled forward
     # between calls, and the default one must not see them.
     hf_models = {name: hf_copy(model) for name in HF_SYSTEMS if name in args.systems}

@@ -27,21 +27,18 @@ import gc
 import math
 import random
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import torch
-from common import byte_corpus, out_dir, write_result
+from common import bench_model, byte_corpus, out_dir, seconds_of, write_result
 
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.params import SamplingParams
 from crucible.engine.runner import bytes_per_block
-from crucible.workloads.config import model_preset
 from crucible.workloads.generate import StaticGenerator, fast_generator
-from crucible.workloads.model import GPT, build_model
+from crucible.workloads.model import GPT
 from crucible.workloads.tokenizer import ByteTokenizer
 
 BLOCK_SIZE = 16
@@ -96,7 +93,7 @@ def alternate(calls: dict[str, Callable[[], Any]], samples: int) -> dict[str, An
     """One warm-up call of each, then `samples` rounds in alternating order: seconds and
     what each call returned."""
     names = list(calls)
-    warmup = {name: timed(calls[name])[0] for name in names}
+    warmup = {name: seconds_of(calls[name])[0] for name in names}
     # What the warm-ups built lives on, frozen: the collections the timed calls trigger do
     # not rescan it (as in engine_bench.py).
     gc.collect()
@@ -105,7 +102,7 @@ def alternate(calls: dict[str, Callable[[], Any]], samples: int) -> dict[str, An
     returned: dict[str, list[Any]] = {name: [] for name in names}
     for sample in range(samples):
         for name in names if sample % 2 == 0 else names[::-1]:
-            took, value = timed(calls[name])
+            took, value = seconds_of(calls[name])
             seconds[name].append(took)
             returned[name].append(value)
     return {"warmup": warmup, "seconds": seconds, "returned": returned}
@@ -253,19 +250,6 @@ def prefix(model: GPT, args: argparse.Namespace, prompts: Prompts) -> dict[str, 
     return result
 
 
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    synchronize()
-    started = time.perf_counter()
-    value = call()
-    synchronize()
-    return time.perf_counter() - started, value
-
-
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -291,11 +275,7 @@ def main() -> None:
     parser.add_argument("--preset", default="124M")
     args = parser.parse_args()
 
-    torch.manual_seed(0)
-    model = build_model(model_preset(args.preset), device=args.device)
-    if args.device == "cuda":
-        model = model.to(torch.bfloat16)
-    model.eval()
+    model = bench_model(args.preset, args.device)
     calls = 2 * (args.samples + 1)
     prompts = Prompts(
         calls * (args.prompts * args.prompt_len + args.shared_prompts * args.shared_prompt_len)

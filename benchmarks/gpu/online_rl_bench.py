@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 import torch
-from common import out_dir, write_result
+from common import out_dir, synchronize, write_result
 
 from crucible.agents.generator import Generator, weights_snapshot
 from crucible.agents.loading import load_environment
@@ -44,11 +44,6 @@ from crucible.workloads.tokenizer import ByteTokenizer
 
 STALENESS = (0, 1, 2)
 GROUP = 16
-
-
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def rounds_run(args: argparse.Namespace, max_staleness: int) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from common import out_dir, write_result
+from common import out_dir, seconds_of, write_result
 from torch._dynamo.utils import counters
 
 from crucible.workloads.config import model_preset
@@ -44,11 +44,6 @@ SYSTEMS = ("crucible", "hf_default", "hf_tuned")
 """`compare`'s systems, in the order each round calls them."""
 
 
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def timed(fn: Callable[[], Any], repeats: int) -> float:
     """Median seconds of `repeats` calls of `fn`, after one untimed warm-up call."""
     fn()
@@ -60,15 +55,6 @@ def timed(fn: Callable[[], Any], repeats: int) -> float:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
-
-
-def seconds_of(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """Wall seconds of one call of `fn`, device work included, and what it returned."""
-    synchronize()
-    started = time.perf_counter()
-    output = fn()
-    synchronize()
-    return time.perf_counter() - started, output
 
 
 def hf_model(config: Any, device: torch.device | str) -> Any:

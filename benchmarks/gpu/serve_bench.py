@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ from train_job_bench import (
     checkpoint_dir,
     free_port,
     local_server,
+    serving_process,
     tail,
 )
 
@@ -120,28 +120,16 @@ def serving(
         *("--port", str(port), "--device", args.device, "--name", MODEL_NAME),
         *("--max-running", str(args.max_running)),
     ]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + args.startup_seconds
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("crucible serve did not become healthy:\n" + tail(log))
-            time.sleep(0.2)
+    with serving_process(
+        command,
+        env,
+        log=log,
+        ready_url=f"{url}/health",
+        startup_seconds=args.startup_seconds,
+        failure="crucible serve did not become healthy",
+    ):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass

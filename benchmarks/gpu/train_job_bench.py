@@ -502,27 +502,44 @@ def local_server(workdir: Path, startup_seconds: float = 180) -> Iterator[Server
         "CRUCIBLE_API_URL": url,
         "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN,
     }
-    log = workdir / "server.log"
+    with serving_process(
+        [sys.executable, "-m", "crucible", "server", "--port", str(port)],
+        server_env,
+        log=workdir / "server.log",
+        ready_url=f"{url}/readyz",
+        startup_seconds=startup_seconds,
+        failure="crucible server did not start",
+    ):
+        yield Server(url=url, home=home, env=env)
+
+
+@contextmanager
+def serving_process(
+    command: list[str],
+    env: dict[str, str],
+    *,
+    log: Path,
+    ready_url: str,
+    startup_seconds: float,
+    failure: str,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`command` as a process writing to `log`, once `ready_url` answers 200; stopped when
+    the block ends (SIGTERM, SIGKILL after 30 s). Exits with `failure` and the log's tail
+    when the process ends or is not ready within `startup_seconds`."""
     with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "crucible", "server", "--port", str(port)],
-            env=server_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + startup_seconds
         while True:
             try:
-                if httpx.get(f"{url}/readyz").status_code == 200:
+                if httpx.get(ready_url).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise SystemExit("crucible server did not start:\n" + log.read_text()[-6000:])
+                raise SystemExit(f"{failure}:\n" + tail(log))
             time.sleep(0.2)
-        yield Server(url=url, home=home, env=env)
+        yield process
     finally:
         process.terminate()
         try:
