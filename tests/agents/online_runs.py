@@ -1,6 +1,7 @@
-"""What the online-RL tests share: the tiny GPT at its own (small) initial scale, which
-samples nearly uniformly at first, and a run of the one-turn `letter_or_digit` environment
-small enough for a CPU."""
+"""What the online-RL tests (and benchmarks/online_learning_seeds.py) share: the tiny GPT
+at its own (small) initial scale, which samples nearly uniformly at first, and runs of the
+one-turn `letter_or_digit` environment and the multi-turn guessing game small enough for a
+CPU."""
 
 import torch
 
@@ -43,3 +44,31 @@ def online(
     run_config: OnlineRLConfig, *, seed: int = 0, source: EnvironmentSource | None = None
 ) -> OnlineRL:
     return OnlineRL(run_config, tiny_model(seed), ByteTokenizer(), source or digits())
+
+
+def digits_run(seed: int, max_staleness: int = 0, **changes: object) -> OnlineRL:
+    """The learning test's run of `letter_or_digit` with digits: 8 tasks of 16 episodes a
+    round."""
+    run_config = config(
+        episodes_per_round=128, group_size=16, seed=seed, max_staleness=max_staleness, **changes
+    )
+    return online(run_config, seed=seed)
+
+
+GUESSING_ROUNDS = 20
+
+
+def guessing(seed: int) -> OnlineRL:
+    """The guessing game over 1 and 2, several turns an episode: the tiny GPT, its context
+    stretched to hold the game's messages, replying with one character a turn."""
+    torch.manual_seed(seed)
+    model = build_model(model_preset("tiny", max_seq_len=256))
+    run_config = config(
+        episodes_per_round=128,
+        group_size=16,
+        seed=seed,
+        episode=EpisodeConfig(max_turns=4, max_tokens_per_turn=1),
+        engine=EngineConfig(num_blocks=1024, max_running=128),
+    )
+    game = load_environment("guessing", {"high": 2})
+    return OnlineRL(run_config, model, ByteTokenizer(), game)

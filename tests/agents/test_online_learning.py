@@ -6,17 +6,9 @@ multi-turn guessing game (a number of 1 or 2, "higher" or "lower" after each gue
 reward rises from nothing to about half the most a policy can earn."""
 
 import pytest
-import torch
 
 from crucible.agents.health import RoundHealth
-from crucible.agents.loading import load_environment
-from crucible.agents.online import OnlineRL
-from crucible.agents.settings import EpisodeConfig
-from crucible.engine.config import EngineConfig
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
-from tests.agents.online_runs import config, online
+from tests.agents.online_runs import GUESSING_ROUNDS, digits_run, guessing
 
 ROUNDS = {0: 20, 1: 20, 2: 30}
 """By max_staleness: two versions behind learns slower (docs/agents.md, "The learning
@@ -28,10 +20,8 @@ def rewards(history: list[RoundHealth]) -> list[float]:
 
 
 def learn(seed: int, max_staleness: int = 0, **changes: object) -> list[float]:
-    run_config = config(
-        episodes_per_round=128, group_size=16, seed=seed, max_staleness=max_staleness, **changes
-    )
-    return rewards(online(run_config, seed=seed).run(ROUNDS[max_staleness]))
+    run = digits_run(seed, max_staleness, **changes)
+    return rewards(run.run(ROUNDS[max_staleness]))
 
 
 @pytest.mark.parametrize("max_staleness", [0, 1, 2])
@@ -48,28 +38,9 @@ def test_without_training_the_reward_stays_at_chance() -> None:
     assert max(curve) < 0.2, curve
 
 
-def guessing_rewards(seed: int) -> list[float]:
-    """The guessing game over 1 and 2, several turns an episode: the tiny GPT, its context
-    stretched to hold the game's messages, replying with one character a turn."""
-    torch.manual_seed(seed)
-    model = build_model(model_preset("tiny", max_seq_len=256))
-    run_config = config(
-        episodes_per_round=128,
-        group_size=16,
-        seed=seed,
-        episode=EpisodeConfig(max_turns=4, max_tokens_per_turn=1),
-        engine=EngineConfig(num_blocks=1024, max_running=128),
-    )
-    game = load_environment("guessing", {"high": 2})
-    return rewards(OnlineRL(run_config, model, ByteTokenizer(), game).run(GUESSING_ROUNDS))
-
-
-GUESSING_ROUNDS = 20
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_reward_of_a_multi_turn_game_rises_over_rounds(seed: int) -> None:
-    curve = guessing_rewards(seed)
+    curve = rewards(guessing(seed).run(GUESSING_ROUNDS))
     # A reply that is not 1 or 2 earns nothing: near uniform over 264 ids, almost all.
     assert curve[0] < 0.1, curve
     assert sum(curve[-3:]) / 3 > 0.3, curve
