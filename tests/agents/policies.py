@@ -1,26 +1,17 @@
 """Scripted policies: functions that write the assistant's messages, to show that the
 reference environments can be solved and to drive the runner without a model."""
 
-import json
 import re
 from collections.abc import Sequence
 
 from crucible.agents.protocol import Message
+from crucible.agents.teachers import calculator_solver
 
-_QUESTION = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
 _RANGE = re.compile(r"from 1 to (\d+)")
-_NUMBER = re.compile(r"-?\d+")
 
 
-def calculator(messages: Sequence[Message]) -> str:
-    """Ask the tool, then give the number it returned as the answer."""
-    last = messages[-1]
-    if last["role"] == "tool":
-        (result, *_) = [m["content"] for m in reversed(messages) if _NUMBER.fullmatch(m["content"])]
-        return f"Answer: {result}"
-    a, op, b = _QUESTION.search(last["content"]).groups()  # type: ignore[union-attr]
-    call = {"name": "calculate", "arguments": {"expression": f"{a} {op} {b}"}}
-    return f"<tool_call>{json.dumps(call)}</tool_call>"
+calculator = calculator_solver()
+"""Ask the tool, then give the number it returned as the answer (the built-in teacher)."""
 
 
 def bisection(messages: Sequence[Message]) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crucible.agents.protocol import AgentEnvironment
+from crucible.agents.protocol import AgentEnvironment, ScriptedPolicy
 from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.jobs.plugins import Kind, Plugin, resolve
 
@@ -22,6 +22,12 @@ AGENT_ENVIRONMENT = Kind(
         "guessing": "crucible.agents.envs.guessing:GuessingEnvironment",
         "letter_or_digit": "crucible.agents.envs.letter_or_digit:LetterOrDigitEnvironment",
     },
+)
+
+AGENT_TEACHER = Kind(
+    "agent teacher",
+    (),
+    {"calculator-solver": "crucible.agents.teachers:calculator_solver"},
 )
 
 _METHODS = ("tasks", "reset", "tools", "step")
@@ -90,3 +96,25 @@ def load_environment(
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{options_where} of agent environment {reference}: {exc}") from None
     return source
+
+
+def load_teacher(
+    reference: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    where: str = "policy.teacher",
+    options_where: str = "policy.options",
+) -> ScriptedPolicy:
+    """The scripted policy of the teacher `reference` names (`agents/teachers.py`), made with
+    `options`."""
+    plugin = resolve(AGENT_TEACHER, reference, options, where=where, options_where=options_where)
+    try:
+        policy = plugin()
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{options_where} of agent teacher {reference}: {exc}") from None
+    if not callable(policy):
+        raise ConfigError(
+            f"{where} {reference!r} returned a {type(policy).__name__}, not a policy: an agent "
+            "teacher is a factory returning a function of the messages so far"
+        )
+    return policy  # type: ignore[no-any-return]

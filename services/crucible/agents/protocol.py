@@ -19,6 +19,10 @@ Message = dict[str, Any]
 """A chat message, as `crucible.workloads.chat` renders it: {"role", "content"}, and "name"
 on a tool message."""
 
+ScriptedPolicy = Callable[[Sequence[Message]], str]
+"""A policy written as code (a teacher, a test's): the conversation so far -> the
+assistant's next message."""
+
 _TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 

@@ -13,21 +13,18 @@ records whatever the concurrency and whatever order the tools finish in.
 
 import hashlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from crucible.agents.episode import Episode, PendingCall, Reply
 from crucible.agents.loading import EnvironmentSource
-from crucible.agents.protocol import Message
+from crucible.agents.protocol import ScriptedPolicy
 from crucible.agents.records import EndReason, EpisodeRecord
 from crucible.agents.sandbox import Sandbox, ToolRun
 from crucible.agents.settings import EpisodeConfig
 from crucible.engine.engine import Engine
 from crucible.workloads.chat import encode_chat_prompt
-
-ScriptedPolicy = Callable[[Sequence[Message]], str]
-"""A scripted policy: the conversation so far -> the assistant's next message."""
 
 
 def run_episodes(

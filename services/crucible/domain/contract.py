@@ -26,6 +26,8 @@ def reference_workload(kind: str, spec: dict[str, Any]) -> str:
         return "crucible.workloads.jobs.train"
     if kind == "eval":
         return "crucible.workloads.jobs.eval"
+    if "episodes" in (spec.get("config") or {}):
+        return "crucible.workloads.jobs.episodes"
     if (spec.get("policy") or {}).get("teacher"):
         return "crucible.workloads.jobs.datagen"
     return "crucible.workloads.jobs.rollout"

@@ -8,6 +8,7 @@ documented), keeping JSON's types apart: `1` is not `true` and `"10"` is not a n
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
@@ -93,6 +94,37 @@ class OptionsSection(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+@dataclass(frozen=True)
+class EpisodesJob:
+    """`config.episodes`: a RolloutJob whose policy plays an agent environment
+    (`workloads/jobs/episodes.py`), to make demonstrations."""
+
+    environment: str
+    """The environment: a reference environment's name or `module:attribute`."""
+
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the environment."""
+
+    count: int = 256
+    """Episodes played, one per task."""
+
+    seed: int = 0
+    """Seeds the tasks and a checkpoint policy's sampling."""
+
+    min_reward: float | None = None
+    """Publish only the episodes whose reward is at least this (None: every episode)."""
+
+    episode: EpisodeConfig = dataclasses.field(default_factory=EpisodeConfig)
+    """How episodes are played: turns, tokens per turn, sampling (a checkpoint's)."""
+
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    """The engine a checkpoint policy plays through."""
+
+    def __post_init__(self) -> None:
+        if self.min_reward is not None and not math.isfinite(self.min_reward):
+            raise ValueError(f"min_reward must be a finite number, got {self.min_reward!r}")
+
+
 _EpisodeSection = section_model(EpisodeConfig)
 _EngineSection = section_model(EngineConfig)
 
@@ -118,6 +150,14 @@ SECTIONS: dict[str, type[BaseModel]] = {
         min_frequency=(Count, TokenizerConfig.min_frequency),
     ),
     "suite": OptionsSection,
+    "episodes": section_model(
+        EpisodesJob,
+        environment=(str, ...),
+        options=(dict[str, Any], Field(default_factory=dict)),
+        count=(Count, EpisodesJob.count),
+        episode=(_EpisodeSection, Field(default_factory=_EpisodeSection)),
+        engine=(_EngineSection, Field(default_factory=_EngineSection)),
+    ),
     "online": section_model(
         OnlineRLConfig,
         environment=(str, ...),
@@ -130,7 +170,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
 }
 """`config` section -> the model of the keys it takes."""
 
-_REQUIRED_FIELDS = {"online"}
+_REQUIRED_FIELDS = {"online", "episodes"}
 """Sections with a field of their own that must be given: absent, the section is None."""
 
 _OPTIONAL_SECTIONS: dict[str, Any] = {
@@ -257,6 +297,9 @@ class JobConfig:
     online: OnlineJob | None
     """`config.online`, when the run is online RL."""
 
+    episodes: EpisodesJob | None
+    """`config.episodes`, when a rollout plays an agent environment."""
+
     given: Mapping[str, Mapping[str, Any]]
     """The sections and fields as given (converted), to lay over a checkpoint's meta."""
 
@@ -290,6 +333,7 @@ def parse_config_object(value: Mapping[str, Any]) -> JobConfig:
         rollout_num_prompts=rollout["num_prompts"],
         suite_options=sections["suite"].model_dump(),
         online=_build_online(sections["online"]),
+        episodes=_build_episodes(sections["episodes"]),
         given={name: given_fields(sections[name]) for name in parsed.model_fields_set},
     )
 
@@ -303,6 +347,18 @@ def _build_online(section: BaseModel | None) -> OnlineJob | None:
     engine = _build(EngineConfig, "config.online.engine", fields.pop("engine"))
     rl = _build(OnlineRLConfig, "config.online", {**fields, "episode": episode, "engine": engine})
     return OnlineJob(rl=rl, **own)
+
+
+def _build_episodes(section: BaseModel | None) -> EpisodesJob | None:
+    if section is None:
+        return None
+    fields = section.model_dump()
+    episode = _build(EpisodeConfig, "config.episodes.episode", fields.pop("episode"))
+    engine = _build(EngineConfig, "config.episodes.engine", fields.pop("engine"))
+    job: EpisodesJob = _build(
+        EpisodesJob, "config.episodes", {**fields, "episode": episode, "engine": engine}
+    )
+    return job
 
 
 def given_fields(section: BaseModel) -> dict[str, Any]:
