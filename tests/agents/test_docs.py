@@ -65,3 +65,14 @@ def test_the_docs_show_the_online_rl_run_as_the_example_has_it() -> None:
     assert shown == "".join(
         line for line in example.splitlines(keepends=True) if not line.startswith("#")
     )
+
+
+def test_the_docs_show_the_calculator_demonstrations_as_the_example_has_them() -> None:
+    docs = (REPO / "docs" / "agents.md").read_text()
+    section = docs[docs.index("## From demonstrations to online RL") :]
+    shown, *_ = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    example = (REPO / "examples" / "calculator-rl.yaml").read_text()
+    first_document = example.split("\n---\n")[0] + "\n"
+    assert shown == "".join(
+        line for line in first_document.splitlines(keepends=True) if not line.startswith("#")
+    )

@@ -80,6 +80,9 @@ class RoundHealth:
     mean_reward: float | None
     """Mean reward of the samples trained this round."""
 
+    tool_calls_per_episode: float | None
+    """Mean tool calls (those that ran and those refused) per sample trained this round."""
+
     loss: float | None
     """Mean loss over the round's updates."""
 
@@ -115,6 +118,7 @@ class RoundHealth:
         optional = {
             "staleness_max": self.staleness_max,
             "mean_reward": self.mean_reward,
+            "tool_calls_per_episode": self.tool_calls_per_episode,
             "loss": self.loss,
             "grad_norm": self.grad_norm,
         }

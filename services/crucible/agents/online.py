@@ -95,6 +95,7 @@ class _Tally:
     trained: int = 0
     updates: int = 0
     rewards: list[float] = field(default_factory=list)
+    tool_calls: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
@@ -306,6 +307,7 @@ class OnlineRL:
             episodes = [e for g in groups for e in g.episodes]
             tally.trained += len(episodes)
             tally.rewards += [e.reward for e in episodes]
+            tally.tool_calls += [sum(len(t.tool_calls) for t in e.turns) for e in episodes]
 
     def _check_agreement(self, comparison: LogprobComparison) -> None:
         check_agreement(self.round, comparison, tolerance=self.config.logprob_tolerance)
@@ -337,6 +339,7 @@ class OnlineRL:
             updates=tally.updates,
             staleness_max=max(tally.staleness) if tally.staleness else None,
             mean_reward=_mean(tally.rewards),
+            tool_calls_per_episode=_mean(tally.tool_calls),
             loss=_mean(tally.losses),
             grad_norm=_mean(tally.grad_norms),
             first_update=tally.first_update,
