@@ -153,3 +153,17 @@ def test_a_run_of_several_processes_is_refused_naming_them(platform: Platform) -
     assert finished.returncode == 2, finished.output
     assert "online RL runs in one process, and this run has 2 (WORLD_SIZE)" in finished.output
     assert platform.checkpoints(run_id) == []
+
+
+def test_with_its_generator_in_a_process_the_run_is_the_same_to_the_bit(
+    platform: Platform, runs: Runs
+) -> None:
+    spec = {**SPEC, "config": {**SPEC["config"], "online": {**ONLINE, "generator": "process"}}}
+    run_id = platform.submit("train", **spec)
+    platform.start("online_rl", run_id, label="online, generator process").ok()
+    for key in ("reward", "loss", "rl/samples_trained"):
+        assert series(platform, run_id, key) == series(platform, runs.whole, key), key
+    assert trajectories(platform, run_id)["digest"] == trajectories(platform, runs.whole)["digest"]
+    # The weights went through the run's outputs; the last file is removed at the end.
+    exchange = platform.home / "runs" / str(run_id) / "outputs" / "policy-weights"
+    assert exchange.is_dir() and list(exchange.iterdir()) == []

@@ -80,8 +80,8 @@ class Generator:
         into the generator's copy, which becomes policy `version`; returns the seconds it
         took."""
         started = time.perf_counter()
-        source = _tensors(weights) if isinstance(weights, nn.Module) else weights
-        target = _tensors(self.model)
+        source = tensors_of(weights) if isinstance(weights, nn.Module) else weights
+        target = tensors_of(self.model)
         if source.keys() != target.keys():
             raise ValueError(
                 "the trainer's model and the generator's copy have different parameters: "
@@ -97,15 +97,18 @@ class Generator:
         self.version = version
         return time.perf_counter() - started
 
+    def close(self) -> None:
+        """Nothing to stop: the copy goes with the object (`RemoteGenerator` has a process)."""
+
 
 def weights_snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of `model`'s parameters and buffers as they are now, on their device: a
     policy version that a generator busy with an older one loads later, while the trainer
     goes on changing the model."""
     with torch.no_grad():
-        return {name: tensor.detach().clone() for name, tensor in _tensors(model).items()}
+        return {name: tensor.detach().clone() for name, tensor in tensors_of(model).items()}
 
 
-def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+def tensors_of(model: nn.Module) -> dict[str, torch.Tensor]:
     """Parameters (a tied weight once) and buffers by name."""
     return {**dict(model.named_parameters()), **dict(model.named_buffers())}

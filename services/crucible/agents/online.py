@@ -19,11 +19,14 @@ the first would have.
 
 import hashlib
 import json
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from crucible.agents.buffer import Discard, Group, SampleBuffer
@@ -39,6 +42,7 @@ from crucible.agents.learner import Learner, LogprobComparison
 from crucible.agents.loading import EnvironmentSource
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EpisodeRecord
+from crucible.agents.remote_generator import RemoteGenerator
 from crucible.agents.rl_rows import episode_examples, group_advantages
 from crucible.agents.sandbox import Sandbox
 from crucible.agents.settings import OnlineRLConfig
@@ -95,12 +99,27 @@ class _Tally:
     trained: int = 0
     updates: int = 0
     rewards: list[float] = field(default_factory=list)
-    tool_calls: list[int] = field(default_factory=list)
+    tool_calls: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
     first_update: LogprobComparison | None = None
     groups: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Exchange:
+    """The directory the weights go through to a generator process: the one given, else a
+    temporary one, removed at the end."""
+
+    given: Path | None
+
+    def __post_init__(self) -> None:
+        self.path = self.given or Path(tempfile.mkdtemp(prefix="crucible-policy-"))
+
+    def remove(self) -> None:
+        if self.given is None:
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 class OnlineRL:
@@ -115,10 +134,13 @@ class OnlineRL:
         start: PolicyVersion | None = None,
         on_round: RoundHook | None = None,
         on_batch: BatchHook | None = None,
+        exchange_dir: Path | None = None,
     ) -> None:
         """model: the policy, trained in place; the generator samples from a copy of it.
         source: the environment (`load_environment`). start: the starting policy's version,
-        naming the checkpoint it was loaded from (version 0 of no checkpoint by default)."""
+        naming the checkpoint it was loaded from (version 0 of no checkpoint by default).
+        exchange_dir: where the weights go to a generator in a process of its own (a
+        temporary directory by default). `close()` stops that process."""
         self.config = config
         self.source = source
         self.on_round = on_round
@@ -150,15 +172,37 @@ class OnlineRL:
             clip_eps=config.clip_eps,
             kl_coef=config.kl_coef,
         )
-        self.generator = Generator(
-            model,
-            tokenizer,
-            source,
-            version=self.version,
-            engine_config=config.engine,
-            episode_config=config.episode,
-            sandbox=sandbox or Sandbox(),
-        )
+        sandbox = sandbox or Sandbox()
+        self.generator: Generator | RemoteGenerator
+        self._exchange: _Exchange | None = None
+        if config.generator == "process":
+            self._exchange = _Exchange(exchange_dir)
+            self.generator = RemoteGenerator(
+                model,
+                tokenizer,
+                source,
+                version=self.version,
+                engine_config=config.engine,
+                episode_config=config.episode,
+                sandbox_limits=sandbox.limits,
+                directory=self._exchange.path,
+            )
+        else:
+            self.generator = Generator(
+                model,
+                tokenizer,
+                source,
+                version=self.version,
+                engine_config=config.engine,
+                episode_config=config.episode,
+                sandbox=sandbox,
+            )
+
+    def close(self) -> None:
+        """Stop the generator's process, if it has one, and remove what it left."""
+        self.generator.close()
+        if self._exchange is not None:
+            self._exchange.remove()
 
     def run(
         self, rounds: int, *, should_stop: Callable[[], bool] | None = None

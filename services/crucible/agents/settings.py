@@ -61,6 +61,9 @@ class EpisodeConfig:
         )
 
 
+GENERATORS = ("thread", "process")
+"""Where online RL's generator may run (`OnlineRLConfig.generator`)."""
+
 DEFAULT_LOGPROB_TOLERANCE = 1e-3
 """The largest |logp_train - logp_rollout| allowed at the first update of an on-policy
 round. On the CPU in float32 the two forwards (the engine's paged one, the trainer's
@@ -127,7 +130,17 @@ class OnlineRLConfig:
     """The generator's engine, built once for the run. On the CPU give `num_blocks`: the
     default sizes the KV cache at `cpu_kv_gib`."""
 
+    generator: str = "thread"
+    """Where the generator runs: "thread", in the trainer's process (each new policy version
+    copied in memory); "process", in a process of its own on the same device (each version
+    through a safetensors file, the requests over a local socket)."""
+
     def __post_init__(self) -> None:
+        if self.generator not in GENERATORS:
+            raise ValueError(
+                f"online RL generator must be one of {', '.join(GENERATORS)}, got "
+                f"{self.generator!r}"
+            )
         for name in ("episodes_per_round", "updates_per_round"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

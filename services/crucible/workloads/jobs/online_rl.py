@@ -38,13 +38,21 @@ from crucible.workloads.jobs.process import run_job, setup_torch
 
 if TYPE_CHECKING:
     from crucible.agents.health import RoundHealth
+    from crucible.agents.online import OnlineRL
+    from crucible.agents.policy import PolicyVersion
     from crucible.agents.records import EpisodeRecord
     from crucible.schemas.lineage import CheckpointPublic
+    from crucible.sdk.run import Run
+    from crucible.workloads.jobs.config import OnlineJob
 
 log = logging.getLogger("crucible.workloads.online_rl")
 
 TRAJECTORIES = "trajectories"
 """The directory under the run's outputs that the trajectories are written to."""
+
+POLICY_WEIGHTS = "policy-weights"
+"""The directory under the run's outputs that each policy version goes through to a
+generator in a process of its own (`generator: process`)."""
 
 
 def main() -> None:
@@ -71,9 +79,7 @@ def online_rl() -> None:
     import crucible
     from crucible.agents.loading import load_environment
     from crucible.agents.online import OnlineRL
-    from crucible.agents.online_checkpoint import OnlineState
     from crucible.agents.policy import PolicyVersion
-    from crucible.workloads.train import TRAINER_STATE_KEY
 
     source = load_environment(
         job.environment,
@@ -113,7 +119,27 @@ def online_rl() -> None:
         source,
         start=start,
         on_batch=lambda index, records: write_batch(trajectories, index, records),
+        exchange_dir=run.outputs_dir / POLICY_WEIGHTS,
     )
+    try:
+        _rounds(run, job, online, every, meta, start, trajectories)
+    finally:
+        online.close()
+
+
+def _rounds(
+    run: "Run",
+    job: "OnlineJob",
+    online: "OnlineRL",
+    every: int,
+    meta: dict[str, Any],
+    start: "PolicyVersion",
+    trajectories: Path,
+) -> None:
+    """The rounds left, their checkpoints, and the trajectories published at the end."""
+    from crucible.agents.online_checkpoint import OnlineState
+    from crucible.workloads.train import TRAINER_STATE_KEY
+
     state = {TRAINER_STATE_KEY: OnlineState(online)}
     if run.load_checkpoint(state) is not None:
         log.info("resumed after round %d (policy version %d)", online.round, online.version.update)

@@ -1,0 +1,161 @@
+"""The sampling side of online RL in a process of its own (`generator: process`): each
+policy version reaches it through storage, one safetensors file, and the requests and
+episodes go over a socket (`multiprocessing.connection`, authenticated with a key only the
+two processes hold).
+
+Why a process: the in-process generator shares the trainer's interpreter and so its GIL,
+and the engine's scheduling and the trainer's step take turns at it. A generator that
+needs nothing of the trainer but a directory both read and an address is also the shape a
+generator on another node has; running it in another pod is not done yet (docs/agents.md,
+"A generator in a process of its own").
+
+It has `Generator`'s interface (`version`, `generate`, `load_weights`) and `close`. The
+same weights, seeds and engine give the same records, bit for bit, as the generator in
+process.
+"""
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Client, Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from crucible.agents.generator import tensors_of
+from crucible.agents.generator_process import KEY_ENV
+from crucible.agents.loading import EnvironmentSource
+from crucible.agents.policy import PolicyVersion
+from crucible.agents.records import EpisodeRecord
+from crucible.agents.sandbox import SandboxLimits
+from crucible.agents.settings import EpisodeConfig
+from crucible.engine.config import EngineConfig
+from crucible.workloads.hf_model import LanguageModel
+from crucible.workloads.tokenizer import Tokenizer
+
+START_TIMEOUT_S = 300.0
+"""How long the generator process may take to start and build its model."""
+
+
+class GeneratorProcessError(RuntimeError):
+    """The generator process failed a request, or is gone."""
+
+
+class RemoteGenerator:
+    def __init__(
+        self,
+        model: LanguageModel,
+        tokenizer: Tokenizer,
+        source: EnvironmentSource,
+        *,
+        version: PolicyVersion,
+        engine_config: EngineConfig,
+        episode_config: EpisodeConfig,
+        sandbox_limits: SandboxLimits,
+        directory: Path,
+    ) -> None:
+        """Start the process with a copy of `model` as it is now, which is policy
+        `version`; `directory` holds the files the weights go through."""
+        self.version = version
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._latest: Path | None = None
+        key = secrets.token_bytes(32)
+        self._process = subprocess.Popen(  # our own interpreter and module
+            [sys.executable, "-m", "crucible.agents.generator_process"],
+            env={**os.environ, KEY_ENV: key.hex()},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._stop = weakref.finalize(self, _kill, self._process)
+        assert self._process.stdout is not None
+        port = self._process.stdout.readline().strip()
+        if not port.isdigit():
+            self._process.wait(30)
+            raise GeneratorProcessError(
+                f"the generator process did not start (exit code {self._process.returncode})"
+            )
+        self._connection: Connection = Client(("127.0.0.1", int(port)), authkey=key)
+        model_path = directory / "model.pt"
+        torch.save(model, model_path)
+        device = next(iter(model.parameters())).device
+        settings = {
+            "tokenizer": tokenizer,
+            "source": source,
+            "version": version,
+            "engine_config": engine_config,
+            "episode_config": episode_config,
+            "sandbox_limits": sandbox_limits,
+            "device": str(device),
+            "threads": torch.get_num_threads(),
+        }
+        self._call("start", str(model_path), settings, timeout=START_TIMEOUT_S)
+        model_path.unlink()
+
+    def generate(self, tasks: Sequence[dict[str, Any]], *, seed: int) -> list[EpisodeRecord]:
+        """One episode per task, each stamped with the version of the weights it ran on."""
+        records: list[EpisodeRecord] = self._call("generate", list(tasks), seed)
+        return records
+
+    def load_weights(
+        self, weights: nn.Module | Mapping[str, torch.Tensor], version: PolicyVersion
+    ) -> float:
+        """Write `weights` to a file of this version and have the process load it; returns
+        the seconds both took. The file of the version before is removed once this one is
+        loaded."""
+        from safetensors.torch import save_file
+
+        started = time.perf_counter()
+        source = tensors_of(weights) if isinstance(weights, nn.Module) else weights
+        path = self.directory / f"policy-{version.update:06d}.safetensors"
+        partial = path.with_suffix(".partial")
+        save_file({name: t.detach().contiguous() for name, t in source.items()}, partial)
+        os.replace(partial, path)
+        self._call("load", str(path), version)
+        if self._latest is not None and self._latest != path:
+            self._latest.unlink(missing_ok=True)
+        self._latest = path
+        self.version = version
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        """Stop the process (waiting for it a little) and remove the weights' file."""
+        try:
+            self._connection.send(("stop",))
+            self._connection.recv()
+            self._process.wait(30)
+        except (OSError, EOFError, subprocess.TimeoutExpired):
+            pass
+        self._connection.close()
+        self._stop()
+        if self._latest is not None:
+            self._latest.unlink(missing_ok=True)
+
+    def _call(self, request: str, *arguments: Any, timeout: float | None = None) -> Any:
+        try:
+            self._connection.send((request, *arguments))
+            if timeout is not None and not self._connection.poll(timeout):
+                raise GeneratorProcessError(
+                    f"the generator process did not answer {request!r} in {timeout:.0f} s"
+                )
+            status, answer = self._connection.recv()
+        except (OSError, EOFError):
+            code = self._process.poll()
+            raise GeneratorProcessError(
+                f"the generator process is gone (exit code {code}) during {request!r}"
+            ) from None
+        if status == "error":
+            raise GeneratorProcessError(f"the generator process failed {request!r}:\n{answer}")
+        return answer
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
