@@ -40,7 +40,7 @@ def wait_for(what: str, done: Any, timeout: float) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # past its own waits: the server's start, the three stages
+@pytest.mark.timeout(2400)  # past its own waits: the server's start, the three stages
 def test_the_calculator_example_learns_the_tool_and_resumes_exactly(tmp_path: Path) -> None:
     with local_server(tmp_path, command="up") as server:
         submitted = crucible(server.env, "submit", str(EXAMPLE))
@@ -52,7 +52,7 @@ def test_the_calculator_example_learns_the_tool_and_resumes_exactly(tmp_path: Pa
                 return next((r for r in found if r.name == name), None)
 
             rl = wait_for("the RL run", lambda: run_named("calculator-rl"), 60)
-            wait_for("round 3", lambda: len(series(api, rl.id, "reward")) >= 3, 1200)
+            wait_for("round 3", lambda: len(series(api, rl.id, "reward")) >= 3, 1800)
             preempted = crucible(server.env, "runs", "preempt", str(rl.id))
             assert preempted.returncode == 0, preempted.stderr
 
@@ -77,7 +77,9 @@ def check_learning_and_resume(api: CrucibleClient, runs: dict[str, Any]) -> None
     rl = runs["calculator-rl"].id
     attempts = api.list_attempts(rl)
     assert [a.end_reason for a in attempts] == ["Preempted", "Completed"], attempts
-    resumed_from = api.get_checkpoint(attempts[1].resumed_from_checkpoint_id)
+    checkpoint_id = attempts[1].resumed_from_checkpoint_id
+    assert checkpoint_id is not None, attempts
+    resumed_from = api.get_checkpoint(checkpoint_id)
     assert 3 <= resumed_from.step < ROUNDS, resumed_from
     assert resumed_from.meta["policy"]["update"] == resumed_from.step
 
@@ -85,12 +87,12 @@ def check_learning_and_resume(api: CrucibleClient, runs: dict[str, Any]) -> None
     reward = series(api, rl, "reward")
     assert sorted(reward) == list(range(1, ROUNDS + 1)), reward
     curve = [reward[r] for r in sorted(reward)]
-    # Imitation left the model answering some tasks in its head, wrongly, and copying
-    # the tool's results with errors; RL takes the reward up.
-    assert sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.1, curve
+    # Imitation left the model answering some tasks in its head, wrongly: RL teaches it
+    # to call the tool. The reward follows, less steadily: the model still miscopies.
     calls = series(api, rl, "rl/tool_calls_per_episode")
     ordered = [calls[r] for r in sorted(calls)]
-    assert sum(ordered[-4:]) > sum(ordered[:4]), ordered
+    assert sum(ordered[-4:]) / 4 > sum(ordered[:4]) / 4 + 0.08, ordered
+    assert sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.05, curve
 
     trajectories = api.request(
         "GET",
@@ -107,7 +109,8 @@ def check_learning_and_resume(api: CrucibleClient, runs: dict[str, Any]) -> None
         assert scored.suite == "agent-environment" and scored.scores["episodes"] == 64
         scores[checkpoint.step] = scored.scores
     assert set(range(EVERY, ROUNDS + 1, EVERY)) <= set(scores), scores
-    assert scores[ROUNDS]["tool_calls_per_episode"] > 0, scores
+    first, last = scores[EVERY], scores[ROUNDS]
+    assert last["tool_calls_per_episode"] > first["tool_calls_per_episode"], scores
 
 
 def check_lineage(api: CrucibleClient, runs: dict[str, Any]) -> None:

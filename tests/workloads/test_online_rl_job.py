@@ -158,7 +158,8 @@ def test_a_run_of_several_processes_is_refused_naming_them(platform: Platform) -
 def test_with_its_generator_in_a_process_the_run_is_the_same_to_the_bit(
     platform: Platform, runs: Runs
 ) -> None:
-    spec = {**SPEC, "config": {**SPEC["config"], "online": {**ONLINE, "generator": "process"}}}
+    online = {**ONLINE, "generator": "process"}
+    spec = {**SPEC, "config": {"model": {"preset": "tiny"}, "online": online}}
     run_id = platform.submit("train", **spec)
     platform.start("online_rl", run_id, label="online, generator process").ok()
     for key in ("reward", "loss", "rl/samples_trained"):
