@@ -13,10 +13,15 @@ episodes sampled per second, and the trainer's idle share (time waiting for samp
 wall time). The three are run one after another in one process, `--samples` times in
 alternating order.
 
+With `--generators thread process` each configuration runs with the generator in the
+trainer's process and in a process of its own (`generator: process`), alternated.
+
 "weights": the in-process weight update (`Generator.load_weights`, a device-to-device copy
-of every parameter and buffer into the generator's copy) and the snapshot a busy generator
-loads later (`weights_snapshot`), for the 124M and 1.3B shapes in bf16 and float32, median
-of 5 after 2 warm-ups.
+of every parameter and buffer into the generator's copy), the snapshot a busy generator
+loads later (`weights_snapshot`), and the update of a generator in a process of its own
+(`RemoteGenerator.load_weights`: a safetensors file written under /tmp, read by the other
+process onto the device), for the 124M and 1.3B shapes in bf16 and float32, median of 5
+after 2 warm-ups.
 
 `--device cpu --preset tiny --episodes 64 --rounds 3 --reply-tokens 4 --parts rounds` only
 tries the script. On the device machine, carry `.whl` (`wheels.sh`) and install it first,
@@ -25,7 +30,9 @@ as `serve_bench.py` says: the environments' loader checks its options with pydan
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,6 +42,7 @@ from crucible.agents.generator import Generator, weights_snapshot
 from crucible.agents.loading import load_environment
 from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
+from crucible.agents.remote_generator import RemoteGenerator
 from crucible.agents.sandbox import Sandbox
 from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
 from crucible.engine.config import EngineConfig
@@ -46,7 +54,7 @@ STALENESS = (0, 1, 2)
 GROUP = 16
 
 
-def rounds_run(args: argparse.Namespace, max_staleness: int) -> dict[str, Any]:
+def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> dict[str, Any]:
     torch.manual_seed(0)
     model = build_model(model_preset(args.preset), device=args.device)
     config = OnlineRLConfig(
@@ -59,6 +67,7 @@ def rounds_run(args: argparse.Namespace, max_staleness: int) -> dict[str, Any]:
             max_turns=1, max_tokens_per_turn=args.reply_tokens, concurrency=args.episodes
         ),
         engine=EngineConfig(max_running=args.episodes),
+        generator=generator,
     )
     source = load_environment("letter_or_digit", {"kinds": ["digit"]})
     rl = OnlineRL(config, model, ByteTokenizer(), source)
@@ -66,12 +75,16 @@ def rounds_run(args: argparse.Namespace, max_staleness: int) -> dict[str, Any]:
     started = time.perf_counter()
     ends: list[float] = []
     rl.on_round = lambda _: ends.append(time.perf_counter() - started)
-    history = rl.run(args.rounds)
+    try:
+        history = rl.run(args.rounds)
+    finally:
+        rl.close()
     rewards = [h.mean_reward or 0.0 for h in history]
     reached = next((i for i, r in enumerate(rewards) if r >= args.target), None)
     wall = sum(h.wall_s for h in history)
     return {
         "max_staleness": max_staleness,
+        "generator": generator,
         "rewards": [round(r, 4) for r in rewards],
         "rounds_to_target": None if reached is None else reached + 1,
         "seconds_to_target": None if reached is None else round(ends[reached], 2),
@@ -100,9 +113,20 @@ def weights_part(device: str) -> list[dict[str, Any]]:
                 episode_config=EpisodeConfig(),
                 sandbox=Sandbox(),
             )
-            loads, snapshots = [], []
+            remote = RemoteGenerator(
+                model,
+                ByteTokenizer(),
+                source,
+                version=PolicyVersion(0),
+                engine_config=EngineConfig(),
+                episode_config=EpisodeConfig(),
+                sandbox_limits=Sandbox().limits,
+                directory=Path(tempfile.mkdtemp(prefix="crucible-weights-")),
+            )
+            loads, snapshots, remote_loads = [], [], []
             for i in range(7):
                 loads.append(generator.load_weights(model, PolicyVersion(i + 1)))
+                remote_loads.append(remote.load_weights(model, PolicyVersion(i + 1)))
                 synchronize()
                 began = time.perf_counter()
                 snapshot = weights_snapshot(model)
@@ -117,10 +141,12 @@ def weights_part(device: str) -> list[dict[str, Any]]:
                     "bytes": size,
                     "load_ms": round(statistics.median(loads[2:]) * 1e3, 3),
                     "snapshot_ms": round(statistics.median(snapshots[2:]) * 1e3, 3),
+                    "process_load_ms": round(statistics.median(remote_loads[2:]) * 1e3, 3),
                 }
             )
             print(results[-1], flush=True)
-            del generator, model
+            remote.close()
+            del generator, remote, model
             if device == "cuda":
                 torch.cuda.empty_cache()
     return results
@@ -139,6 +165,9 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--preset", default="124M")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--generators", nargs="+", choices=("thread", "process"), default=["thread"]
+    )
     parser.add_argument("--out", default="online_rl.json")
     args = parser.parse_args()
     results: dict[str, Any] = {"rounds": [], "weights": []}
@@ -147,8 +176,10 @@ def main() -> None:
             for sample in range(args.samples):
                 order = STALENESS if sample % 2 == 0 else STALENESS[::-1]
                 for k in order:
-                    results["rounds"].append(rounds_run(args, k) | {"sample": sample})
-                    print(results["rounds"][-1], flush=True)
+                    for generator in args.generators:
+                        run = rounds_run(args, k, generator) | {"sample": sample}
+                        results["rounds"].append(run)
+                        print(run, flush=True)
         else:
             results["weights"] = weights_part(args.device)
         write_result(
