@@ -58,9 +58,15 @@ def test_the_calculator_example_learns_the_tool_and_resumes_exactly(tmp_path: Pa
 
             def all_ended() -> Any:
                 found = api.list_runs(project="default", limit=100).items
+                rl_ended = any(r.id == rl.id and r.phase.is_terminal for r in found)
                 # The 3 submitted and an eval of each RL checkpoint: 4 on the grid and,
                 # unless the preemption came right after one, the one it saved.
-                ended = len(found) >= 7 and all(r.phase.is_terminal for r in found)
+                checkpoints = api.list_checkpoints(rl.id).items
+                ended = (
+                    rl_ended
+                    and len(found) >= 3 + len(checkpoints)
+                    and all(r.phase.is_terminal for r in found)
+                )
                 return found if ended else None
 
             runs = {r.name: r for r in wait_for("every run", all_ended, 1200)}
