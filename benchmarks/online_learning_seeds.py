@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tests.agents.online_runs import GUESSING_ROUNDS, digits_run, guessing
+from tests.agents.online_runs import DIGITS_ROUNDS, GUESSING_ROUNDS, digits_run, guessing
 
 from crucible.agents.health import RoundHealth
 
 SEEDS = range(11)
-DIGITS_ROUNDS = {0: 20, 1: 20, 2: 30}
 RESULTS = Path(__file__).parent / "results" / "online_learning_seeds.json"
 
 

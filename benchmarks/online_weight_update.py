@@ -51,16 +51,10 @@ def measure(preset: str, directory: Path) -> dict[str, Any]:
         "version": PolicyVersion(0),
         "engine_config": EngineConfig(num_blocks=64),
         "episode_config": EpisodeConfig(),
+        "sandbox": Sandbox(),
     }
-    here = Generator(model, ByteTokenizer(), source, sandbox=Sandbox(), **shared)
-    there = RemoteGenerator(
-        model,
-        ByteTokenizer(),
-        source,
-        sandbox_limits=Sandbox().limits,
-        directory=directory,
-        **shared,
-    )
+    here = Generator(model, ByteTokenizer(), source, **shared)
+    there = RemoteGenerator(model, ByteTokenizer(), source, directory=directory, **shared)
     times: dict[str, list[float]] = {"thread": [], "process": []}
     try:
         for update in range(1, SAMPLES + 1):

@@ -104,25 +104,15 @@ def weights_part(device: str) -> list[dict[str, Any]]:
     for preset in ("124M", "1.3B"):
         for dtype in (torch.bfloat16, torch.float32):
             model = build_model(model_preset(preset), device=device).to(dtype)
-            generator = Generator(
-                model,
-                ByteTokenizer(),
-                source,
-                version=PolicyVersion(0),
-                engine_config=EngineConfig(),
-                episode_config=EpisodeConfig(),
-                sandbox=Sandbox(),
-            )
-            remote = RemoteGenerator(
-                model,
-                ByteTokenizer(),
-                source,
-                version=PolicyVersion(0),
-                engine_config=EngineConfig(),
-                episode_config=EpisodeConfig(),
-                sandbox_limits=Sandbox().limits,
-                directory=Path(tempfile.mkdtemp(prefix="crucible-weights-")),
-            )
+            shared: dict[str, Any] = {
+                "version": PolicyVersion(0),
+                "engine_config": EngineConfig(),
+                "episode_config": EpisodeConfig(),
+                "sandbox": Sandbox(),
+            }
+            generator = Generator(model, ByteTokenizer(), source, **shared)
+            directory = Path(tempfile.mkdtemp(prefix="crucible-weights-"))
+            remote = RemoteGenerator(model, ByteTokenizer(), source, directory=directory, **shared)
             loads, snapshots, remote_loads = [], [], []
             for i in range(7):
                 loads.append(generator.load_weights(model, PolicyVersion(i + 1)))

@@ -46,6 +46,11 @@ def online(
     return OnlineRL(run_config, tiny_model(seed), ByteTokenizer(), source or digits())
 
 
+DIGITS_ROUNDS = {0: 20, 1: 20, 2: 30}
+"""The learning test's rounds by max_staleness: two versions behind learns slower
+(docs/agents.md, "The learning test", has the seeds measured)."""
+
+
 def digits_run(seed: int, max_staleness: int = 0, **changes: object) -> OnlineRL:
     """The learning test's run of `letter_or_digit` with digits: 8 tasks of 16 episodes a
     round."""

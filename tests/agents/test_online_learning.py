@@ -8,11 +8,7 @@ reward rises from nothing to about half the most a policy can earn."""
 import pytest
 
 from crucible.agents.health import RoundHealth
-from tests.agents.online_runs import GUESSING_ROUNDS, digits_run, guessing
-
-ROUNDS = {0: 20, 1: 20, 2: 30}
-"""By max_staleness: two versions behind learns slower (docs/agents.md, "The learning
-test", has the seeds measured)."""
+from tests.agents.online_runs import DIGITS_ROUNDS, GUESSING_ROUNDS, digits_run, guessing
 
 
 def rewards(history: list[RoundHealth]) -> list[float]:
@@ -21,7 +17,7 @@ def rewards(history: list[RoundHealth]) -> list[float]:
 
 def learn(seed: int, max_staleness: int = 0, **changes: object) -> list[float]:
     run = digits_run(seed, max_staleness, **changes)
-    return rewards(run.run(ROUNDS[max_staleness]))
+    return rewards(run.run(DIGITS_ROUNDS[max_staleness]))
 
 
 @pytest.mark.parametrize("max_staleness", [0, 1, 2])

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -172,31 +173,20 @@ class OnlineRL:
             clip_eps=config.clip_eps,
             kl_coef=config.kl_coef,
         )
-        sandbox = sandbox or Sandbox()
-        self.generator: Generator | RemoteGenerator
         self._exchange: _Exchange | None = None
+        make: Callable[..., Generator | RemoteGenerator] = Generator
         if config.generator == "process":
             self._exchange = _Exchange(exchange_dir)
-            self.generator = RemoteGenerator(
-                model,
-                tokenizer,
-                source,
-                version=self.version,
-                engine_config=config.engine,
-                episode_config=config.episode,
-                sandbox_limits=sandbox.limits,
-                directory=self._exchange.path,
-            )
-        else:
-            self.generator = Generator(
-                model,
-                tokenizer,
-                source,
-                version=self.version,
-                engine_config=config.engine,
-                episode_config=config.episode,
-                sandbox=sandbox,
-            )
+            make = partial(RemoteGenerator, directory=self._exchange.path)
+        self.generator = make(
+            model,
+            tokenizer,
+            source,
+            version=self.version,
+            engine_config=config.engine,
+            episode_config=config.episode,
+            sandbox=sandbox or Sandbox(),
+        )
 
     def close(self) -> None:
         """Stop the generator's process, if it has one, and remove what it left."""

@@ -33,7 +33,7 @@ from crucible.agents.generator_process import KEY_ENV
 from crucible.agents.loading import EnvironmentSource
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EpisodeRecord
-from crucible.agents.sandbox import SandboxLimits
+from crucible.agents.sandbox import Sandbox
 from crucible.agents.settings import EpisodeConfig
 from crucible.engine.config import EngineConfig
 from crucible.workloads.hf_model import LanguageModel
@@ -57,11 +57,12 @@ class RemoteGenerator:
         version: PolicyVersion,
         engine_config: EngineConfig,
         episode_config: EpisodeConfig,
-        sandbox_limits: SandboxLimits,
+        sandbox: Sandbox,
         directory: Path,
     ) -> None:
         """Start the process with a copy of `model` as it is now, which is policy
-        `version`; `directory` holds the files the weights go through."""
+        `version`; `directory` holds the files the weights go through. The process runs its
+        tool calls in a sandbox of its own with `sandbox`'s limits."""
         self.version = version
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
@@ -91,7 +92,7 @@ class RemoteGenerator:
             "version": version,
             "engine_config": engine_config,
             "episode_config": episode_config,
-            "sandbox_limits": sandbox_limits,
+            "sandbox_limits": sandbox.limits,
             "device": str(device),
             "threads": torch.get_num_threads(),
         }

@@ -343,22 +343,26 @@ def _build_online(section: BaseModel | None) -> OnlineJob | None:
         return None
     fields = section.model_dump()
     own = {name: fields.pop(name) for name in ("environment", "options", "rounds", "output")}
-    episode = _build(EpisodeConfig, "config.online.episode", fields.pop("episode"))
-    engine = _build(EngineConfig, "config.online.engine", fields.pop("engine"))
-    rl = _build(OnlineRLConfig, "config.online", {**fields, "episode": episode, "engine": engine})
+    rl = _build(OnlineRLConfig, "config.online", _with_play_settings(fields, "config.online"))
     return OnlineJob(rl=rl, **own)
 
 
 def _build_episodes(section: BaseModel | None) -> EpisodesJob | None:
     if section is None:
         return None
-    fields = section.model_dump()
-    episode = _build(EpisodeConfig, "config.episodes.episode", fields.pop("episode"))
-    engine = _build(EngineConfig, "config.episodes.engine", fields.pop("engine"))
-    job: EpisodesJob = _build(
-        EpisodesJob, "config.episodes", {**fields, "episode": episode, "engine": engine}
-    )
+    fields = _with_play_settings(section.model_dump(), "config.episodes")
+    job: EpisodesJob = _build(EpisodesJob, "config.episodes", fields)
     return job
+
+
+def _with_play_settings(fields: dict[str, Any], where: str) -> dict[str, Any]:
+    """`fields` of a section that plays episodes, its `episode` and `engine` objects built
+    (a refusal names `where`.episode or `where`.engine)."""
+    return {
+        **fields,
+        "episode": _build(EpisodeConfig, f"{where}.episode", fields["episode"]),
+        "engine": _build(EngineConfig, f"{where}.engine", fields["engine"]),
+    }
 
 
 def given_fields(section: BaseModel) -> dict[str, Any]:

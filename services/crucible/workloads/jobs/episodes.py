@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crucible.workloads.jobs.config import ConfigError
+from crucible.workloads.jobs.config import ConfigError, EpisodesJob
 from crucible.workloads.jobs.datagen import output_name
 from crucible.workloads.jobs.datasets import output_path, write_atomically
 from crucible.workloads.jobs.env import JobEnv, read_env
@@ -89,7 +89,10 @@ def episodes() -> None:
         )
         by = f"teacher {policy['teacher']}"
     else:
-        played, by = _checkpoint_plays(env, run, torch_setup.device, source, tasks, sandbox)
+        assert env.inputs.checkpoint is not None  # else refused above
+        played, by = _checkpoint_plays(
+            env, env.inputs.checkpoint, job, run, torch_setup.device, source, tasks, sandbox
+        )
     kept = [r for r in played if job.min_reward is None or r.reward >= job.min_reward]
     mean_reward = sum(r.reward for r in played) / len(played)
     log.info(
@@ -130,6 +133,8 @@ def episodes() -> None:
 
 def _checkpoint_plays(
     env: JobEnv,
+    checkpoint_id: int,
+    job: EpisodesJob,
     run: "Run",
     device: "torch.device",
     source: "EnvironmentSource",
@@ -143,11 +148,8 @@ def _checkpoint_plays(
     from crucible.engine.engine import Engine
     from crucible.workloads.jobs.checkpoints import load_model
 
-    assert env.inputs.checkpoint is not None
-    job = env.config.episodes
-    assert job is not None
     model, tokenizer, record = load_model(
-        run, env.inputs.checkpoint, device=device, fallback=env.config.model
+        run, checkpoint_id, device=device, fallback=env.config.model
     )
     engine = Engine(model, tokenizer, job.engine)
     played = run_episodes(engine, source, tasks, seed=job.seed, config=job.episode, sandbox=sandbox)
