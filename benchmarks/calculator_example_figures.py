@@ -24,7 +24,7 @@ _EVAL = re.compile(
 
 
 def rounds(trajectories: Path) -> list[dict[str, Any]]:
-    found = []
+    found: list[dict[str, Any]] = []
     for path in sorted(trajectories.glob("batch-*.jsonl")):
         records = [json.loads(line) for line in path.read_text().splitlines()]
         with_tool = [r for r in records if _called_the_tool(r)]
