@@ -1,10 +1,12 @@
 """Scripted policies: functions that write the assistant's messages, to show that the
 reference environments can be solved and to drive the runner without a model."""
 
+import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from crucible.agents.protocol import Message
+from crucible.agents.protocol import Message, ScriptedPolicy
 from crucible.agents.teachers import calculator_solver
 
 _RANGE = re.compile(r"from 1 to (\d+)")
@@ -23,3 +25,16 @@ def bisection(messages: Sequence[Message]) -> str:
         elif feedback["content"] == "Lower.":
             high = int(guess["content"]) - 1
     return str((low + high) // 2)
+
+
+def task_tool_caller(*, arguments: dict[str, dict[str, Any]]) -> ScriptedPolicy:
+    """A teacher (a factory, loaded by import path) for `broken_envs:OneTool`: call the tool
+    the task names with its `arguments`, then say done."""
+
+    def call(messages: Sequence[Message]) -> str:
+        if messages[-1]["role"] == "tool":
+            return "done"
+        name = messages[-1]["content"].removeprefix("Call ").rstrip(".")
+        return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments[name]})}</tool_call>"
+
+    return call

@@ -69,6 +69,47 @@ def test_episodes_below_min_reward_are_left_out_and_none_left_fails_naming_it(
     ).exists()
 
 
+def test_failed_episodes_are_counted_left_out_and_past_the_threshold_fail_the_job(
+    platform: Platform,
+) -> None:
+    """Half the tasks call a tool that raises (tests/agents/tools.py:fail): each such episode
+    ends tool_failed, is counted and is not published; a threshold below half fails the
+    job naming the reason and publishes nothing."""
+    calls = [
+        {"name": "echo", "arguments": {"text": "fine"}},
+        {"name": "fail", "arguments": {"message": "tool bug"}},
+    ]
+
+    def job(output: str, **episodes: Any) -> int:
+        arguments = {c["name"]: c["arguments"] for c in calls}
+        return platform.submit(
+            "rollout",
+            policy={"teacher": "tests.agents.policies:task_tool_caller",
+                    "options": {"arguments": arguments}},
+            output=output,
+            config={"episodes": {"environment": "tests.agents.broken_envs:OneTool",
+                                 "options": {"calls": calls}, "count": 4, **episodes}},
+        )  # fmt: skip
+
+    within = job("tools-half")  # the default max_failed_fraction, 0.5, allows 2 of 4
+    platform.start("episodes", within).ok()
+    version, records = published(platform, within, "tools-half")
+    assert version.record_count == len(records) == 2
+    assert all(r["end"] == "done" for r in records)
+    metrics = platform.api.request("GET", f"/api/v1/runs/{within}/metrics")["series"]
+    last = {s["key"]: s["values"][-1] for s in metrics}
+    assert (last["episodes/failed"], last["episodes/failed/tool_failed"]) == (2.0, 2.0)
+
+    past = job("tools-past", max_failed_fraction=0.25)
+    finished = platform.start("episodes", past).result()
+    assert finished.returncode == 1, finished.output
+    assert "2 of 4 episodes failed (tool_failed 2)" in finished.output
+    assert "max_failed_fraction=0.25" in finished.output and "tool bug" in finished.output
+    assert not (
+        platform.home / "runs" / str(past) / "outputs" / "tools-past.attempt-1.jsonl"
+    ).exists()
+
+
 @pytest.fixture(scope="module")
 def online_checkpoint(platform: Platform) -> int:
     """A policy checkpoint of online RL (two rounds of `letter_or_digit`)."""

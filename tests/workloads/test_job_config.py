@@ -105,6 +105,10 @@ def test_sections_are_converted_to_their_dataclasses() -> None:
             "config.online: online RL group_size must be an integer of at least 2",
         ),
         ({"online": {"environment": "calculator", "rounds": 0}}, "config.online.rounds must be"),
+        (
+            {"episodes": {"environment": "calculator", "max_failed_fraction": 1.5}},
+            "config.episodes: max_failed_fraction must be from 0 to 1, got 1.5",
+        ),
     ],
 )
 def test_a_bad_config_is_one_sentence_naming_the_path(config: object, message: str) -> None:

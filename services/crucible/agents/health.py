@@ -154,15 +154,15 @@ def failed_by_reason(records: Sequence[EpisodeRecord]) -> dict[str, int]:
 
 
 def check_failures(
-    batch: int, records: Sequence[EpisodeRecord], *, max_failed_fraction: float
+    where: str, records: Sequence[EpisodeRecord], *, max_failed_fraction: float
 ) -> None:
-    """Raise `TooManyFailedEpisodes` when more than `max_failed_fraction` of the batch
-    failed, naming the reasons and the first failure's detail."""
+    """Raise `TooManyFailedEpisodes` when more than `max_failed_fraction` of `records`
+    failed, naming `where` (a round, a job), the reasons and the first failure's detail."""
     failed = [r for r in records if r.end in FAILED_ENDS]
     if len(failed) <= max_failed_fraction * len(records):
         return
     raise TooManyFailedEpisodes(
-        f"round {batch}: {len(failed)} of {len(records)} episodes failed "
+        f"{where}: {len(failed)} of {len(records)} episodes failed "
         f"({', '.join(f'{k} {v}' for k, v in failed_by_reason(records).items())}), more than "
         f"max_failed_fraction={max_failed_fraction:g} allows; the first: episode "
         f"{failed[0].index}: {failed[0].end_detail}"

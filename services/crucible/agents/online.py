@@ -305,7 +305,9 @@ class OnlineRL:
     def _accept(self, batch: _GeneratedBatch, tally: _Tally) -> None:
         """Into the buffer, a group per task, without the failed episodes (counted)."""
         check_failures(
-            batch.index, batch.records, max_failed_fraction=self.config.max_failed_fraction
+            f"round {batch.index}",
+            batch.records,
+            max_failed_fraction=self.config.max_failed_fraction,
         )
         if self.on_batch is not None:
             self.on_batch(batch.index, batch.records)

@@ -114,6 +114,12 @@ class EpisodesJob:
     min_reward: float | None = None
     """Publish only the episodes whose reward is at least this (None: every episode)."""
 
+    max_failed_fraction: float = 0.5
+    """More than this share of the episodes failed (the environment raised or broke its
+    contract, a tool failed, a reward was not a number) fails the job, naming the reasons,
+    and publishes nothing; below it they are counted (`episodes/failed/<reason>`) and left
+    out."""
+
     episode: EpisodeConfig = dataclasses.field(default_factory=EpisodeConfig)
     """How episodes are played: turns, tokens per turn, sampling (a checkpoint's)."""
 
@@ -123,6 +129,10 @@ class EpisodesJob:
     def __post_init__(self) -> None:
         if self.min_reward is not None and not math.isfinite(self.min_reward):
             raise ValueError(f"min_reward must be a finite number, got {self.min_reward!r}")
+        if not 0 <= self.max_failed_fraction <= 1:
+            raise ValueError(
+                f"max_failed_fraction must be from 0 to 1, got {self.max_failed_fraction!r}"
+            )
 
 
 _EpisodeSection = section_model(EpisodeConfig)

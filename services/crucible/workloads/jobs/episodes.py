@@ -3,7 +3,8 @@ for agent episodes: the policy plays `count` tasks of a multi-turn environment, 
 episodes that earn at least `min_reward` are published as a chat dataset, one record per
 episode with its messages as the policy saw them (the system message with the tools, the
 tool results), ready for SFT (`data.shape` chat; docs/agents.md, "From demonstrations to
-online RL").
+online RL"). Episodes that failed (a tool, the environment) are counted by reason and left
+out; more than `max_failed_fraction` of them fails the job before anything is published.
 
 The policy is `spec.policy`: a scripted teacher (`agents/teachers.py`: a built-in's name or
 an import path, with `policy.options`), which plays one episode after another, or a
@@ -74,6 +75,7 @@ def episodes() -> None:
         )
 
     import crucible
+    from crucible.agents.health import FAILED_ENDS, check_failures, failed_by_reason
     from crucible.agents.runner import run_scripted
     from crucible.agents.sandbox import Sandbox
 
@@ -93,7 +95,19 @@ def episodes() -> None:
         played, by = _checkpoint_plays(
             env, env.inputs.checkpoint, job, run, torch_setup.device, source, tasks, sandbox
         )
-    kept = [r for r in played if job.min_reward is None or r.reward >= job.min_reward]
+    failed = failed_by_reason(played)
+    log.info("%d episodes by %s failed: %s", sum(failed.values()), by, failed or "none")
+    run.log(
+        {"episodes/failed": float(sum(failed.values()))}
+        | {f"episodes/failed/{reason}": float(n) for reason, n in failed.items()},
+        step=0,
+    )
+    check_failures(f"the episodes by {by}", played, max_failed_fraction=job.max_failed_fraction)
+    kept = [
+        r
+        for r in played
+        if r.end not in FAILED_ENDS and (job.min_reward is None or r.reward >= job.min_reward)
+    ]
     mean_reward = sum(r.reward for r in played) / len(played)
     log.info(
         "%d episodes by %s, mean reward %.4f; %d kept (min_reward %s)",
