@@ -50,6 +50,11 @@ class PodOptions:
     grace_seconds: int = 300  # long enough to write a checkpoint after SIGTERM
     shm_limit: str | None = None  # /dev/shm size limit (memory-backed)
     run_as_user: int = 1000
+    # A Localhost seccomp profile for workload pods, its path below the kubelet's seccomp
+    # directory, instead of the runtime's default: the tool sandbox's (docs/agents.md,
+    # "Tools in pods"), which also lets a process make a user and network namespace.
+    # Served pods keep the default: they run no tools.
+    workload_seccomp_profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -261,7 +266,7 @@ def build_pods(
             "terminationGracePeriodSeconds": options.grace_seconds,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "securityContext": pod_security(options),
+            "securityContext": pod_security(options, options.workload_seccomp_profile),
             "containers": [
                 {
                     "name": naming.WORKLOAD_CONTAINER,
@@ -342,13 +347,20 @@ def _code_container(
     }
 
 
-def pod_security(options: PodOptions) -> dict[str, Any]:
+def pod_security(options: PodOptions, seccomp_profile: str | None = None) -> dict[str, Any]:
+    """The pod's; `seccomp_profile`, a Localhost profile's path, in place of the runtime's
+    default (the restricted Pod Security Standard allows either)."""
+    profile = (
+        {"type": "Localhost", "localhostProfile": seccomp_profile}
+        if seccomp_profile
+        else {"type": "RuntimeDefault"}
+    )
     return {
         "runAsNonRoot": True,
         "runAsUser": options.run_as_user,
         "runAsGroup": options.run_as_user,
         "fsGroup": options.run_as_user,
-        "seccompProfile": {"type": "RuntimeDefault"},
+        "seccompProfile": profile,
     }
 
 

@@ -50,7 +50,7 @@ case "${1:-}" in
 esac
 
 tool_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok helm coredns)
-all_bins=("${tool_bins[@]}" weed)
+all_bins=("${tool_bins[@]}" weed crucible-seccomp-profile)
 
 missing() { local b; for b in "$@"; do [[ -x "$bin/$b" ]] || echo "$b"; done; }
 
@@ -149,6 +149,16 @@ if [[ -n "$(missing weed)" ]]; then
   (cd "$here/seaweedfs" && retry "go build (seaweedfs)" gobuild build -trimpath -ldflags "-s -w" \
       -o "$tmp/weed" github.com/seaweedfs/seaweedfs/weed) || die "building seaweedfs failed"
   mv -f "$tmp/weed" "$bin/weed"
+fi
+
+# --- the seccomp profile of pods that run agent tools (scripts/cluster.d/seccomp) ----------
+if [[ -n "$(missing crucible-seccomp-profile)" ]]; then
+  log "building crucible-seccomp-profile"
+  (cd "$here/seccomp" && retry "go mod download (seccomp)" nice -n 10 go mod download) \
+    || die "could not download the seccomp profile's modules"
+  (cd "$here/seccomp" && gobuild build -trimpath -ldflags "-s -w" \
+      -o "$tmp/crucible-seccomp-profile" .) || die "building crucible-seccomp-profile failed"
+  mv -f "$tmp/crucible-seccomp-profile" "$bin/crucible-seccomp-profile"
 fi
 
 rmdir "$tmp" 2>/dev/null || true

@@ -23,6 +23,8 @@ COREDNS_READY_PORT="${CRUCIBLE_COREDNS_READY_PORT:-16253}"
 KUBE_PROXY_HEALTHZ_PORT="${CRUCIBLE_KUBE_PROXY_HEALTHZ_PORT:-10256}"
 KUBE_PROXY_METRICS_PORT="${CRUCIBLE_KUBE_PROXY_METRICS_PORT:-10249}"
 REAL_NODE_LABEL=crucible.dev/real-node
+# Localhost seccomp profile (below the kubelet's seccomp directory) for pods that run agent tools.
+TOOL_SECCOMP_PROFILE=crucible/tool-sandbox.json
 NODE_PACKAGES=(containerd runc containernetworking-plugins iptables mmdebstrap umoci)
 CNI_BIN=/usr/lib/cni
 # containerd's content and snapshots outlive the cluster (images are gigabytes; importing
@@ -198,6 +200,11 @@ EOF
 
 node_start_kubelet() {
   mkdir -p "$NODE_DIR/kubelet"
+  # The profile of workload pods that run agent tools, where the kubelet looks for Localhost
+  # profiles (<root-dir>/seccomp); the test stack's operator names it (docs/agents.md).
+  mkdir -p "$NODE_DIR/kubelet/seccomp/crucible"
+  "$(cat "$STATE/bin-dir")/crucible-seccomp-profile" > "$NODE_DIR/kubelet/seccomp/$TOOL_SECCOMP_PROFILE" \
+    || die "writing the tool sandbox's seccomp profile failed"
   # Pods get the cluster's search domains and CoreDNS only: no host resolver behind it.
   printf 'nameserver %s\n' "$BRIDGE_IP" > "$NODE_DIR/resolv.conf"
   cat > "$NODE_DIR/kubelet.yaml" <<EOF

@@ -25,6 +25,8 @@ ON_REAL_NODE: dict[str, Any] = {
     "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
 }
 CLAIM = "crucible-storage"
+TOOL_SECCOMP_PROFILE = "crucible/tool-sandbox.json"
+"""The tool sandbox's seccomp profile, where scripts/cluster.d/node.sh installs it."""
 
 
 def load_images(env: dict[str, str], which: str) -> dict[str, str]:
@@ -88,6 +90,10 @@ def stack_on_real_node(
             f"{REAL_NODE_LABEL}=true",
             "--workload-toleration",
             REAL_NODE_LABEL,
+            # The agents' tools cut their network with a namespace, which the runtime's
+            # default seccomp profile refuses (scripts/cluster.d/seccomp).
+            "--workload-seccomp-profile",
+            TOOL_SECCOMP_PROFILE,
         ),
     )
 

@@ -202,6 +202,10 @@ def test_without_database_or_broker_the_chart_says_what_to_set(cluster: h.Cluste
             ['storage.claim ("shared") and storage.uri ("s3://bucket/x")', "set one"],
         ),
         (
+            ["--set", "operator.workloadSeccompProfile=/var/lib/kubelet/seccomp/x.json"],
+            ["/operator/workloadSeccompProfile", "does not match pattern"],
+        ),
+        (
             ["--set", "controlPlane.resources.requests=null"],
             ["/controlPlane/resources", "requests"],
         ),
@@ -248,6 +252,19 @@ def test_object_storage_reaches_the_operator_and_its_keys_the_workers_and_the_ap
         wants = any(part in name for part in ("-control-plane", "-worker", "-beat"))
         assert (keys in env_from) == wants, (name, env_from)
         assert not any(v.get("persistentVolumeClaim") for v in spec.get("volumes", [])), name
+
+
+def test_the_tool_sandboxs_seccomp_profile_reaches_the_operator_only_when_set(
+    cluster: h.Cluster,
+) -> None:
+    def operator_args(*values: str) -> list[str]:
+        pods = dict(pod_templates(render("-f", str(VALUES["default"]), *values)))
+        operator = next(spec for name, spec in pods.items() if name.endswith("-operator"))
+        return list(operator["containers"][0]["args"])
+
+    assert "--workload-seccomp-profile" not in operator_args()
+    args = operator_args("--set", "operator.workloadSeccompProfile=crucible/tool-sandbox.json")
+    assert args[args.index("--workload-seccomp-profile") + 1] == "crucible/tool-sandbox.json"
 
 
 def test_every_pod_runs_restricted_with_requests(cluster: h.Cluster) -> None:

@@ -589,6 +589,17 @@ def test_a_code_package_is_unpacked_by_an_init_container_first_on_pythonpath() -
         }
     assert init["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
+    # With the tool sandbox's profile (docs/agents.md, "Tools in pods") in its place.
+    sandboxed = dataclasses.replace(OPTIONS, workload_seccomp_profile="crucible/tool-sandbox.json")
+    (tools,) = pods.build_pods(
+        body(), "TrainingRun", pods.Attempt(run_id=9, number=1, resume_from=None, inputs=None),
+        sandboxed,
+    )  # fmt: skip
+    assert tools["spec"]["securityContext"]["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "crucible/tool-sandbox.json",
+    }
+
     (plain,) = pods.build_pods(
         body(),
         "TrainingRun",

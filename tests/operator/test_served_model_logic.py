@@ -23,6 +23,7 @@ OPTIONS = PodOptions(
     storage_claim="crucible-data",
     storage_path="/crucible-data",
     node_selector={"pool": "gpu"},
+    workload_seccomp_profile="crucible/tool-sandbox.json",  # for workload pods only
 )
 
 
@@ -45,6 +46,8 @@ def test_the_deployment_rolls_one_pod_at_a_time_and_serves_with_project_tokens()
     assert template["metadata"]["annotations"][ANNOTATION_CHECKPOINT] == "12"
     pod = template["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+    # It runs no agent tools: the runtime's default profile, whatever workload pods get.
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
     assert pod["nodeSelector"] == {"pool": "gpu"}
     (container,) = pod["containers"]

@@ -206,6 +206,13 @@ def operator(
     grace_seconds: Annotated[
         int, typer.Option(min=0, help="Pods' termination grace: time to checkpoint.")
     ] = 300,
+    workload_seccomp_profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Localhost seccomp profile of workload pods (a path below the kubelet's "
+            "seccomp directory), e.g. the agents' tool sandbox's; default: the runtime's."
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on this port.")
     ] = None,
@@ -264,6 +271,7 @@ def operator(
         node_selector=selector,
         tolerated_taints=tuple(workload_toleration or ()),
         grace_seconds=grace_seconds,
+        workload_seccomp_profile=workload_seccomp_profile,
     )
     config = OperatorConfig(
         namespaces=tuple(namespace or ()),
