@@ -170,12 +170,18 @@ def main() -> None:
                         run = rounds_run(args, k, generator) | {"sample": sample}
                         results["rounds"].append(run)
                         print(run, flush=True)
+                        # Written after every run, so a run cut off at the device's time
+                        # limit still returns the ones that finished.
+                        write(args, results)
         else:
             results["weights"] = weights_part(args.device)
-        write_result(
-            out_dir() / args.out,
-            {"benchmark": "online_rl", "args": vars(args), "results": results},
-        )
+        write(args, results)
+
+
+def write(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    write_result(
+        out_dir() / args.out, {"benchmark": "online_rl", "args": vars(args), "results": results}
+    )
 
 
 if __name__ == "__main__":
