@@ -7,11 +7,11 @@ task, and the weight update from trainer to generator.
 digits only, every reply `--reply-tokens` long (the reward reads its first character; the
 rest makes generation cost what a real reply costs), the 124M GPT from fresh weights in
 float32 (the learner has no bf16 autocast yet), `--episodes` episodes a round in groups of
-16. Each `max_staleness` runs `--rounds` rounds from the same weights and seed; reported:
-the first round whose mean reward reaches `--target` and the wall time to the end of it,
-episodes sampled per second, and the trainer's idle share (time waiting for samples over
-wall time). The three are run one after another in one process, `--samples` times in
-alternating order.
+16, trained in micro-batches of `--micro-batch` rows. Each `max_staleness` runs `--rounds`
+rounds from the same weights and seed; reported: the first round whose mean reward reaches
+`--target` and the wall time to the end of it, episodes sampled per second, and the
+trainer's idle share (time waiting for samples over wall time). The three are run one after
+another in one process, `--samples` times in alternating order.
 
 With `--generators thread process` each configuration runs with the generator in the
 trainer's process and in a process of its own (`generator: process`), alternated.
@@ -62,6 +62,7 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
         group_size=GROUP,
         max_staleness=max_staleness,
         lr=args.lr,
+        micro_batch_size=args.micro_batch,
         seed=0,
         episode=EpisodeConfig(
             max_turns=1, max_tokens_per_turn=args.reply_tokens, concurrency=args.episodes
@@ -89,6 +90,8 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
         "rounds_to_target": None if reached is None else reached + 1,
         "seconds_to_target": None if reached is None else round(ends[reached], 2),
         "seconds": round(ends[-1], 2),
+        # Every round's end, so the time to any other reward can be read off afterwards.
+        "round_end_s": [round(end, 2) for end in ends],
         "episodes_per_s": round(sum(h.episodes for h in history) / ends[-1], 1),
         "idle_share": round(sum(h.idle_s for h in history) / wall, 3),
         "generate_s": round(sum(h.generate_s for h in history), 2),
@@ -98,8 +101,10 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
     }
 
 
-def weights_part(device: str) -> list[dict[str, Any]]:
-    results = []
+def weights_part(args: argparse.Namespace, written: dict[str, Any]) -> None:
+    """Appends to written["weights"], writing after each shape."""
+    device = args.device
+    results = written["weights"]
     source = load_environment("letter_or_digit", {"kinds": ["digit"]})
     for preset in ("124M", "1.3B"):
         for dtype in (torch.bfloat16, torch.float32):
@@ -135,11 +140,11 @@ def weights_part(device: str) -> list[dict[str, Any]]:
                 }
             )
             print(results[-1], flush=True)
+            write(args, written)
             remote.close()
             del generator, remote, model
             if device == "cuda":
                 torch.cuda.empty_cache()
-    return results
 
 
 def main() -> None:
@@ -148,10 +153,14 @@ def main() -> None:
         "--parts", nargs="+", choices=("rounds", "weights"), default=["rounds", "weights"]
     )
     parser.add_argument("--samples", type=int, default=1)
+    parser.add_argument("--staleness", type=int, nargs="+", default=list(STALENESS))
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--episodes", type=int, default=512)
     parser.add_argument("--reply-tokens", type=int, default=128)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument(
+        "--micro-batch", type=int, default=64, help="rows per forward and backward (0: all)"
+    )
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--preset", default="124M")
     parser.add_argument("--device", default="cuda")
@@ -164,7 +173,7 @@ def main() -> None:
     for part in args.parts:
         if part == "rounds":
             for sample in range(args.samples):
-                order = STALENESS if sample % 2 == 0 else STALENESS[::-1]
+                order = args.staleness if sample % 2 == 0 else args.staleness[::-1]
                 for k in order:
                     for generator in args.generators:
                         run = rounds_run(args, k, generator) | {"sample": sample}
@@ -174,7 +183,7 @@ def main() -> None:
                         # limit still returns the ones that finished.
                         write(args, results)
         else:
-            results["weights"] = weights_part(args.device)
+            weights_part(args, results)
         write(args, results)
 
 

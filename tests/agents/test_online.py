@@ -24,6 +24,7 @@ BROKEN = "tests.agents.broken_envs"
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
+        ({"micro_batch_size": -1}, "micro_batch_size must be an integer >= 0 .*got -1"),
         ({"max_staleness": -1}, "max_staleness must be an integer >= 0 .*got -1"),
         ({"group_size": 1}, "group_size must be an integer of at least 2 .*got 1"),
         ({"episodes_per_round": 30}, "episodes_per_round=30 is not a multiple of group_size=8"),

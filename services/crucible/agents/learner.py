@@ -8,7 +8,9 @@ corrected for, within the clip. The same forward gives the comparison with the r
 logprobs (`LogprobComparison`), so the health checks cost no second pass.
 
 One process, one device, the model in its own dtype (no autocast): the generator's copy
-runs in the same dtype, so on the same weights the two must agree.
+runs in the same dtype, so on the same weights the two must agree. A step's rows may be
+split into micro-batches whose gradients accumulate: a round of hundreds of long episodes
+does not fit one forward's activations on a GPU.
 """
 
 from collections.abc import Callable, Sequence
@@ -67,11 +69,14 @@ class Learner:
         grad_clip: float,
         clip_eps: float,
         kl_coef: float,
+        micro_batch_size: int = 0,
     ) -> None:
         """model: trained in place. kl_coef > 0 keeps a frozen copy of it as it is now, the
-        reference policy of the KL penalty."""
+        reference policy of the KL penalty. micro_batch_size: rows per forward and
+        backward within a step; 0 takes the step's rows in one."""
         self.model = model
         self.pad_id = pad_id
+        self.micro_batch_size = micro_batch_size
         self.grad_clip = grad_clip
         self.clip_eps = clip_eps
         self.kl_coef = kl_coef
@@ -90,36 +95,53 @@ class Learner:
         before_step: Callable[[LogprobComparison], None] | None = None,
     ) -> UpdateResult:
         """One optimizer step on `examples`, one row each. `before_step` sees the logprob
-        comparison after the forward: a check that raises there leaves the weights as
-        they were."""
-        batch = collate_rows([[e] for e in examples], pad_id=self.pad_id).to(self.device)
+        comparison of all the rows before the step: a check that raises there leaves the
+        weights as they were."""
+        size = self.micro_batch_size or len(examples)
+        batches = [
+            collate_rows([[e] for e in examples[i : i + size]], pad_id=self.pad_id).to(self.device)
+            for i in range(0, len(examples), size)
+        ]
+        # Each micro-batch's loss is its token mean; weighted by its share of the step's
+        # tokens, the accumulated gradient is the one-pass step's (a single batch: x 1.0).
+        tokens = [float(b.loss_mask.sum()) for b in batches]
+        total = max(sum(tokens), 1.0)
         self.model.train()
-        logp = token_logprobs(self.model(batch.inputs).float(), batch.targets)
-        comparison = compare_logprobs(logp.detach(), batch.old_logprobs, batch.loss_mask)
+        diffs: list[Tensor] = []
+        loss_sum = 0.0
+        for batch, count in zip(batches, tokens, strict=True):
+            logp = token_logprobs(self.model(batch.inputs).float(), batch.targets)
+            diffs.append((logp.detach() - batch.old_logprobs)[batch.loss_mask > 0])
+            reference_logp = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    reference_logp = token_logprobs(
+                        self.reference(batch.inputs).float(), batch.targets
+                    )
+            loss = clipped_policy_loss(
+                logp,
+                batch,
+                clip_eps=self.clip_eps,
+                kl_coef=self.kl_coef,
+                reference_logp=reference_logp,
+            )
+            if len(batches) > 1:
+                loss = loss * (count / total)
+            torch.autograd.backward(loss)
+            loss_sum += float(loss.detach())
+        comparison = comparison_of(torch.cat(diffs))
         if before_step is not None:
-            before_step(comparison)
-        reference_logp = None
-        if self.reference is not None:
-            with torch.no_grad():
-                reference_logp = token_logprobs(self.reference(batch.inputs).float(), batch.targets)
-        loss = clipped_policy_loss(
-            logp,
-            batch,
-            clip_eps=self.clip_eps,
-            kl_coef=self.kl_coef,
-            reference_logp=reference_logp,
-        )
-        torch.autograd.backward(loss)
+            try:
+                before_step(comparison)
+            except BaseException:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise
         grad_norm = nn.utils.clip_grad_norm_(
             self.model.parameters(), self.grad_clip or float("inf")
         )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return UpdateResult(
-            loss=float(loss.detach()),
-            grad_norm=float(grad_norm),
-            comparison=comparison,
-        )
+        return UpdateResult(loss=loss_sum, grad_norm=float(grad_norm), comparison=comparison)
 
     def state_dict(self) -> dict[str, Any]:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -138,8 +160,12 @@ class Learner:
 
 def compare_logprobs(logp: Tensor, old_logprobs: Tensor, mask: Tensor) -> LogprobComparison:
     """The statistics of `LogprobComparison` over the positions where `mask` is 1."""
-    chosen = mask > 0
-    diff = (logp - old_logprobs)[chosen].double()
+    return comparison_of((logp - old_logprobs)[mask > 0])
+
+
+def comparison_of(diff: Tensor) -> LogprobComparison:
+    """`LogprobComparison` of the per-token differences logp_train - logp_rollout."""
+    diff = diff.double()
     tokens = int(diff.numel())
     if tokens == 0:
         return LogprobComparison(0, 0.0, 1.0, 0.0, 0.0, 0.0)

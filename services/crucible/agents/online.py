@@ -39,6 +39,7 @@ from crucible.agents.health import (
     check_failures,
     failed_by_reason,
 )
+from crucible.agents.kv_sizing import generator_engine_config
 from crucible.agents.learner import Learner, LogprobComparison
 from crucible.agents.loading import EnvironmentSource
 from crucible.agents.policy import PolicyVersion
@@ -172,6 +173,7 @@ class OnlineRL:
             grad_clip=config.grad_clip,
             clip_eps=config.clip_eps,
             kl_coef=config.kl_coef,
+            micro_batch_size=config.micro_batch_size,
         )
         self._exchange: _Exchange | None = None
         make: Callable[..., Generator | RemoteGenerator] = Generator
@@ -183,7 +185,7 @@ class OnlineRL:
             tokenizer,
             source,
             version=self.version,
-            engine_config=config.engine,
+            engine_config=generator_engine_config(config.engine, config.episode, model),
             episode_config=config.episode,
             sandbox=sandbox or Sandbox(),
         )

@@ -86,6 +86,12 @@ class OnlineRLConfig:
     """Optimizer steps per round; each takes an equal share of the round's groups, so the
     number of tasks per round must divide by it."""
 
+    micro_batch_size: int = 0
+    """Rows (an episode's turns, one row each) per forward and backward within an optimizer
+    step; their gradients accumulate, each micro-batch's loss weighted by its share of the
+    step's tokens, so the step is the one-pass step up to float rounding. 0: the step's
+    rows in one pass. Bounds the trainer's activation memory."""
+
     max_staleness: int = 0
     """How many policy versions a sample may lag the trainer when trained on. 0:
     synchronous, generate then train. k >= 1: batch i is sampled by version max(0, i - k),
@@ -145,6 +151,12 @@ class OnlineRLConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"online RL {name} must be a positive integer, got {value!r}")
+        micro = self.micro_batch_size
+        if isinstance(micro, bool) or not isinstance(micro, int) or micro < 0:
+            raise ValueError(
+                f"online RL micro_batch_size must be an integer >= 0 (0: the whole step in "
+                f"one pass), got {micro!r}"
+            )
         k = self.group_size
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:
             raise ValueError(

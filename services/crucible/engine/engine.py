@@ -93,7 +93,7 @@ class Engine:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = config = config or EngineConfig()
-        num_blocks = config.num_blocks or _blocks_that_fit(model, config)
+        num_blocks = config.num_blocks or blocks_that_fit(model, config)
         self.runner = build_runner(model, num_blocks=num_blocks, block_size=config.block_size)
         self.pool = BlockPool(num_blocks, config.block_size)
         self.scheduler = Scheduler(
@@ -444,7 +444,7 @@ def sequence_seed(seed: int, prompt: Seq[int], index: int) -> int:
     return int.from_bytes(digest.digest(), "little") >> 1
 
 
-def _blocks_that_fit(model: LanguageModel, config: EngineConfig) -> int:
+def blocks_that_fit(model: LanguageModel, config: EngineConfig) -> int:
     per_block = bytes_per_block(model, config.block_size)
     device = next(model.parameters()).device
     if device.type == "cuda":
