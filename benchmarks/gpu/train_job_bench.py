@@ -60,16 +60,15 @@ from typing import Any
 import httpx
 import torch
 from common import PEAK_BF16_FLOPS, REPO, byte_corpus
-from torch import nn
 
 from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.runs import AttemptStart, RunSubmit
 from crucible.workloads.chat import encode_chat
-from crucible.workloads.config import model_preset
+from crucible.workloads.flops import StepFlops
 from crucible.workloads.jobs.config import parse_config_object
-from crucible.workloads.model import build_model, flops_per_token
+from crucible.workloads.model import flops_per_token
 from crucible.workloads.model_spec import ModelSpec
 from crucible.workloads.records import write_jsonl
 from crucible.workloads.shapes import split_text
@@ -323,28 +322,6 @@ PLANS: dict[str, Callable[[int | None, int | None], Plan]] = {
 # -- FLOPs -----------------------------------------------------------------------------------
 
 
-def linear_flops_per_token(model: nn.Module, *, n_layer: int, d_model: int, seq_len: int) -> int:
-    """Training FLOPs per token counted as `model.flops_per_token` counts the built-in GPT's,
-    for any model whose matmuls are nn.Linear layers (a Hugging Face Llama): 6 per weight of
-    every nn.Linear, the LM head included (a tied head once, as a matmul; embedding lookups
-    are no matmul), plus attention scores and values, 12 * layers * width * sequence."""
-    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
-    return 6 * weights + 12 * n_layer * d_model * seq_len
-
-
-def check_flops_count() -> None:
-    """`linear_flops_per_token` must agree with the GPT's own formula on a GPT-2 shape."""
-    config = model_preset("124M")
-    with torch.device("meta"):
-        model = build_model(config, device="meta")
-    counted = linear_flops_per_token(
-        model, n_layer=config.n_layer, d_model=config.d_model, seq_len=config.max_seq_len
-    )
-    expected = flops_per_token(config, config.max_seq_len)
-    if counted != expected:
-        raise SystemExit(f"FLOPs count of nn.Linear layers {counted} != flops_per_token {expected}")
-
-
 def row_length(spec: ModelSpec, data_seq_len: int | None) -> int:
     if data_seq_len is not None:
         return data_seq_len
@@ -355,6 +332,7 @@ def row_length(spec: ModelSpec, data_seq_len: int | None) -> int:
 
 
 def model_flops_per_token(spec: ModelSpec, seq_len: int) -> int:
+    """The trainer's own count (`workloads/flops.py`) at rows of `seq_len`."""
     if spec.gpt is not None:
         return flops_per_token(spec.gpt, seq_len)
     from crucible.workloads.hf_model import build_hf_model
@@ -362,10 +340,7 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> int:
     assert spec.hf is not None
     with torch.device("meta"):
         model = build_hf_model(spec.hf, device="meta", weights=False)
-    config = model.hf_config
-    return linear_flops_per_token(
-        model, n_layer=config.num_hidden_layers, d_model=config.hidden_size, seq_len=seq_len
-    )
+    return StepFlops(model).per_token(seq_len)
 
 
 # -- datasets --------------------------------------------------------------------------------
@@ -804,7 +779,6 @@ def main() -> None:
     os.environ.setdefault(
         "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / "train-job-bench-inductor")
     )
-    check_flops_count()
 
     entries: dict[str, dict[str, Any]] = {}
     for run in plan.runs:

@@ -405,3 +405,91 @@ def test_an_online_rl_run_shows_where_its_rounds_spent_their_time(tmp_path: Path
     assert not any(part.startswith("idle") for part in seen["bars"][3])
 
     assert seen["plainSections"] == 0, "a run without rl/ metrics shows no RL health"
+
+
+def _seed_actions(server: LocalServer) -> dict[str, Any]:
+    """A Running run and a Pending one, and a viewer's token for the project."""
+    headers = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+
+        def submit(name: str) -> int:
+            manifest = {
+                "apiVersion": "crucible.dev/v1alpha1",
+                "kind": "TrainingRun",
+                "metadata": {"name": name},
+                "spec": {"experiment": "actions"},
+            }
+            run = _call(client, "POST", "/runs", json={"project": "default", "manifest": manifest})
+            return int(run["id"])
+
+        running, pending = submit("to-preempt"), submit("to-cancel")
+        for phase in ("Scheduling", "Running"):
+            if phase == "Running":
+                _call(client, "POST", f"/runs/{running}/attempts", json={"reason": "initial"})
+            _call(client, "POST", f"/runs/{running}/phase", json={"phase": phase})
+        viewer = {"name": "onlooker", "project": "default", "role": "viewer"}
+        token = _call(client, "POST", "/tokens", json=viewer)["token"]
+    return {"running": running, "pending": pending, "viewer_token": token}
+
+
+@pytest.mark.timeout(600)
+def test_a_run_is_preempted_and_cancelled_from_its_page_and_a_viewer_is_told_why_not(
+    tmp_path: Path,
+) -> None:
+    _require_tools()
+    dist = _build_dashboard(tmp_path / "dist")
+    screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    screenshots.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "server").mkdir()
+    with local_server(tmp_path / "server") as server:
+        seeded = _seed_actions(server)
+        with _vite_preview(dist, server.url, tmp_path / "vite.log") as base_url:
+            env = {
+                **os.environ,
+                "BASE_URL": base_url,
+                "EDITOR_TOKEN": server.token,
+                "VIEWER_TOKEN": seeded["viewer_token"],
+                "RUNNING_ID": str(seeded["running"]),
+                "PENDING_ID": str(seeded["pending"]),
+                "CHROMIUM": CHROMIUM,
+                "SCREENSHOT_DIR": str(screenshots),
+            }
+            browser = subprocess.run(
+                ["node", str(WEB / "e2e" / "run-actions.e2e.mjs")],
+                cwd=WEB,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        assert browser.returncode == 0, browser.stdout + browser.stderr
+        seen = json.loads(browser.stdout.strip().splitlines()[-1])
+        headers = {"Authorization": f"Bearer {server.token}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+            running = _call(client, "GET", f"/runs/{seeded['running']}")
+            pending = _call(client, "GET", f"/runs/{seeded['pending']}")
+            events = _call(client, "GET", f"/runs/{seeded['running']}/events")
+
+    cancel_path = f"/api/v1/runs/{seeded['pending']}/cancel"
+    # The viewer asked, was refused with the API's own reason, and nothing changed.
+    assert seen["viewerConfirm"].startswith("Cancel this run?")
+    assert seen["viewerResponses"] == [f"403 {cancel_path}"]
+    assert "editor" in seen["viewerError"], seen["viewerError"]
+    assert "Your token has no access to this" in seen["viewerError"]
+    assert seen["viewerPhase"] == "Pending"
+    # The editor: preempt and cancel on a Running run, cancel alone on a Pending one; "Keep
+    # it running" sent nothing; each confirmed action was one call.
+    assert seen["runningButtons"] == ["Cancel run", "Preempt"]
+    assert seen["pendingButtons"] == ["Cancel run"]
+    assert seen["dialogsAfterKeep"] == 0
+    assert seen["preemptStatus"].startswith("Preemption requested")
+    assert seen["editorResponses"] == [
+        f"200 /api/v1/runs/{seeded['running']}/preempt",
+        f"200 {cancel_path}",
+    ]
+    assert seen["cancelledPhase"] == "Cancelled" and seen["actionsAfterCancel"] == 0
+    # What the API holds afterwards.
+    assert running["phase"] == "Running"
+    assert any(e["type"] == "PreemptRequested" for e in events), events
+    assert pending["phase"] == "Cancelled" and pending["reason"] == "CancelledByUser"
+    assert (screenshots / "run-actions.png").stat().st_size > 10_000

@@ -29,6 +29,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from crucible.workloads.checkpoint import Checkpointer, Stateful
 from crucible.workloads.config import DataConfig, ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Row, collate_rows
+from crucible.workloads.flops import StepFlops, bf16_peak_flops
 from crucible.workloads.fp8 import convert_to_float8, float8_stats
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.model_spec import ModelSpec, as_model_spec
@@ -90,6 +91,9 @@ class Trainer:
         if config.mode == "rl" and init_model_state is None:
             raise ValueError("RL mode starts from a policy: pass the SFT checkpoint's weights")
         self.raw_model = self.model_spec.build(device=self.device)
+        # Counted before fp8 swaps the Linear layers; the peak is the MFU's denominator.
+        self.step_flops = StepFlops(self.raw_model)
+        self.peak_flops = bf16_peak_flops(self.device)
         self.data = build_train_data(
             config, data or DataConfig(), self.tokenizer, records, self.raw_model.max_seq_len
         )
@@ -144,7 +148,11 @@ class Trainer:
             self.step += 1
             with self.profiler.around(self.step):
                 metrics = self.train_step()
-            metrics["tokens_per_s"] = metrics["tokens"] / max(time.perf_counter() - started, 1e-9)
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            metrics["tokens_per_s"] = metrics["tokens"] / elapsed
+            metrics["model_flops_per_s"] = metrics.pop("model_flops") / elapsed
+            if self.peak_flops is not None:
+                metrics["mfu"] = metrics["model_flops_per_s"] / (self.peak_flops * self.world_size)
             losses.append(metrics["loss"])
             if self.log is not None:
                 self.log(self.step, metrics)
@@ -184,6 +192,9 @@ class Trainer:
             # Positions trained on in the global batch (every rank knows all of it): padding
             # is not counted, so tokens/s is the useful throughput.
             "tokens": float(sum(e.num_targets for row in _rows(items) for e in row)),
+            "model_flops": float(
+                self.step_flops.of_rows([sum(e.num_targets for e in row) for row in _rows(items)])
+            ),
         }
         if self._fp8_stats_due():
             metrics.update(float8_stats(self.raw_model))

@@ -12,6 +12,7 @@ import { LogTail } from '../components/LogTail';
 import { MetricChart } from '../components/MetricChart';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { RlHealth } from '../components/RlHealth';
+import { RunActions } from '../components/RunActions';
 import { RunPods } from '../components/RunPods';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { StepRangeForm } from '../components/StepRangeForm';
@@ -98,6 +99,7 @@ export function Run({ id }: { id: number }) {
           </span>
         )}
       </h1>
+      {live && <RunActions run={r} />}
       <dl className="facts">
         <dt>Kind</dt>
         <dd>{r.kind}</dd>
