@@ -310,22 +310,35 @@ RL_ROUNDS = [
 RL_LATEST = {"rl/kl": 0.0061, "rl/ratio_mean": 1.002, "rl/logprob_diff_max": 0.0812}
 
 
+def _submit_training_run(client: httpx.Client, name: str, *, experiment: str) -> int:
+    manifest = {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {"experiment": experiment},
+    }
+    run = _call(client, "POST", "/runs", json={"project": "default", "manifest": manifest})
+    return int(run["id"])
+
+
+def _run_e2e(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A script of web/e2e in node; its last stdout line is what it saw, as JSON."""
+    return subprocess.run(
+        ["node", str(WEB / "e2e" / script)],
+        cwd=WEB,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def _seed_rl(server: LocalServer) -> tuple[int, int]:
     """An online RL run with RL_ROUNDS logged at steps 1..4, and a plain run with a loss."""
     headers = {"Authorization": f"Bearer {server.token}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
-
-        def submit(name: str) -> int:
-            manifest = {
-                "apiVersion": "crucible.dev/v1alpha1",
-                "kind": "TrainingRun",
-                "metadata": {"name": name},
-                "spec": {"experiment": "agents"},
-            }
-            run = _call(client, "POST", "/runs", json={"project": "default", "manifest": manifest})
-            return int(run["id"])
-
-        rl_run, plain_run = submit("agent-rl"), submit("plain-sft")
+        rl_run = _submit_training_run(client, "agent-rl", experiment="agents")
+        plain_run = _submit_training_run(client, "plain-sft", experiment="agents")
         rows = [
             {
                 "step": step,
@@ -362,21 +375,13 @@ def test_an_online_rl_run_shows_where_its_rounds_spent_their_time(tmp_path: Path
         rl_run, plain_run = _seed_rl(server)
         with _vite_preview(dist, server.url, tmp_path / "vite.log") as base_url:
             env = {
-                **os.environ,
                 "BASE_URL": base_url,
                 "TOKEN": server.token,
                 "RL_RUN_ID": str(rl_run),
                 "PLAIN_RUN_ID": str(plain_run),
                 "CHROMIUM": CHROMIUM,
             }
-            browser = subprocess.run(
-                ["node", str(WEB / "e2e" / "rl-health.e2e.mjs")],
-                cwd=WEB,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            browser = _run_e2e("rl-health.e2e.mjs", env)
     assert browser.returncode == 0, browser.stdout + browser.stderr
     seen = json.loads(browser.stdout.strip().splitlines()[-1])
     assert seen["problems"] == []
@@ -411,18 +416,8 @@ def _seed_actions(server: LocalServer) -> dict[str, Any]:
     """A Running run and a Pending one, and a viewer's token for the project."""
     headers = {"Authorization": f"Bearer {server.token}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
-
-        def submit(name: str) -> int:
-            manifest = {
-                "apiVersion": "crucible.dev/v1alpha1",
-                "kind": "TrainingRun",
-                "metadata": {"name": name},
-                "spec": {"experiment": "actions"},
-            }
-            run = _call(client, "POST", "/runs", json={"project": "default", "manifest": manifest})
-            return int(run["id"])
-
-        running, pending = submit("to-preempt"), submit("to-cancel")
+        running = _submit_training_run(client, "to-preempt", experiment="actions")
+        pending = _submit_training_run(client, "to-cancel", experiment="actions")
         for phase in ("Scheduling", "Running"):
             if phase == "Running":
                 _call(client, "POST", f"/runs/{running}/attempts", json={"reason": "initial"})
@@ -445,7 +440,6 @@ def test_a_run_is_preempted_and_cancelled_from_its_page_and_a_viewer_is_told_why
         seeded = _seed_actions(server)
         with _vite_preview(dist, server.url, tmp_path / "vite.log") as base_url:
             env = {
-                **os.environ,
                 "BASE_URL": base_url,
                 "EDITOR_TOKEN": server.token,
                 "VIEWER_TOKEN": seeded["viewer_token"],
@@ -454,14 +448,7 @@ def test_a_run_is_preempted_and_cancelled_from_its_page_and_a_viewer_is_told_why
                 "CHROMIUM": CHROMIUM,
                 "SCREENSHOT_DIR": str(screenshots),
             }
-            browser = subprocess.run(
-                ["node", str(WEB / "e2e" / "run-actions.e2e.mjs")],
-                cwd=WEB,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            browser = _run_e2e("run-actions.e2e.mjs", env)
         assert browser.returncode == 0, browser.stdout + browser.stderr
         seen = json.loads(browser.stdout.strip().splitlines()[-1])
         headers = {"Authorization": f"Bearer {server.token}"}
