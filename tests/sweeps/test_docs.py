@@ -4,6 +4,9 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+
+from crucible.sweeps.plan import parse_plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,3 +18,16 @@ def test_the_search_space_example_runs_as_written(capsys: pytest.CaptureFixture[
     printed = capsys.readouterr().out.strip().splitlines()
     promised = [line.split("# ", 1)[1] for line in example.splitlines() if "print(" in line]
     assert printed == promised
+
+
+def test_the_plans_example_settings_are_accepted() -> None:
+    docs = (REPO / "docs" / "sweeps.md").read_text()
+    (settings,) = re.findall(r"```yaml\n(.*?)```", docs, flags=re.S)
+    plan = parse_plan(yaml.safe_load(settings))
+    assert (plan.method, plan.metric, plan.trials, plan.concurrency) == (
+        "random",
+        "eval/accuracy",
+        32,
+        4,
+    )
+    assert plan.stopper() is not None

@@ -1,0 +1,166 @@
+"""A sweep's plan: its settings checked as a whole, the point of every trial by its number,
+how many trials to start now, and the best trial so far. Pure: the controller that keeps a
+sweep's trials in the database and starts them as runs asks it, and a restarted controller
+gets the same answers from the same trials.
+
+    method: random            # grid | random
+    metric: {name: eval/accuracy, goal: maximize}
+    budget: {trials: 32, concurrency: 4}
+    early_stopping: {min_steps: 100, max_steps: 2700, reduction_factor: 3}   # ASHA; optional
+    seed: 0
+    parameters: {...}         # sweeps/space.py
+
+Trial n's point is a function of (seed, n) alone under random and the n-th combination
+under grid, so restarting never draws a point twice or skips one.
+"""
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crucible.sweeps.asha import Asha
+from crucible.sweeps.samplers import draw, grid
+from crucible.sweeps.space import Parameter, Point, SearchSpaceError, parse_space
+
+METHODS = ("grid", "random")
+GOALS = ("maximize", "minimize")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    number: int
+    value: float | None
+    """The metric's final value; None when the trial reported none."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    space: dict[str, Parameter]
+    method: str
+    metric: str
+    goal: str
+    trials: int
+    concurrency: int
+    seed: int
+    early_stopping: dict[str, int] | None
+
+    def point(self, number: int) -> Point:
+        """Trial `number`'s values (0-based)."""
+        if not 0 <= number < self.trials:
+            raise IndexError(f"trial {number} is outside the budget of {self.trials}")
+        if self.method == "grid":
+            return grid(self.space)[number]
+        rng = random.Random(f"{self.seed}:{number}")  # noqa: S311 - a reproducible search
+        return {path: draw(parameter, rng) for path, parameter in self.space.items()}
+
+    def to_start(self, *, started: int, running: int) -> list[int]:
+        """The numbers of the trials to start now: up to `concurrency` running, `trials` in
+        all, in order."""
+        room = min(self.concurrency - running, self.trials - started)
+        return list(range(started, started + max(0, room)))
+
+    def stopper(self) -> Asha | None:
+        """ASHA over the sweep's metric, or None without early stopping."""
+        if self.early_stopping is None:
+            return None
+        return Asha(
+            metric=self.metric,
+            goal=self.goal,
+            min_resource=self.early_stopping["min_steps"],
+            max_resource=self.early_stopping["max_steps"],
+            reduction_factor=self.early_stopping["reduction_factor"],
+        )
+
+    def best(self, results: Sequence[TrialResult]) -> TrialResult | None:
+        """The trial with the best final value (the lowest number among equals)."""
+        sign = -1.0 if self.goal == "maximize" else 1.0
+        scored = [
+            (sign * r.value, r.number, r)
+            for r in results
+            if r.value is not None and math.isfinite(r.value)
+        ]
+        return min(scored)[2] if scored else None
+
+
+def parse_plan(spec: Mapping[str, Any]) -> SweepPlan:
+    """A sweep spec's plan, or a SearchSpaceError naming the bad key and value."""
+    known = {"method", "metric", "budget", "early_stopping", "seed", "parameters"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise SearchSpaceError(f"a sweep takes {', '.join(sorted(known))}; unknown: {unknown}")
+    space = parse_space(spec.get("parameters", {}))
+    method = spec.get("method", "random")
+    if method not in METHODS:
+        raise SearchSpaceError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    metric = _section(spec, "metric", required=("name", "goal"))
+    if not isinstance(metric["name"], str) or not metric["name"]:
+        raise SearchSpaceError(f"metric.name must be a metric key, got {metric['name']!r}")
+    if metric["goal"] not in GOALS:
+        raise SearchSpaceError(f"metric.goal must be maximize or minimize, got {metric['goal']!r}")
+    budget = _section(spec, "budget", required=("trials",), optional=("concurrency",))
+    trials = _count(budget["trials"], "budget.trials")
+    concurrency = _count(budget.get("concurrency", 1), "budget.concurrency")
+    if method == "grid":
+        size = len(grid(space))
+        if trials > size:
+            raise SearchSpaceError(
+                f"budget.trials={trials} is more than the grid's {size} points; give at most "
+                f"{size} or use method random"
+            )
+    seed = spec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise SearchSpaceError(f"seed must be an integer, got {seed!r}")
+    stopping = None
+    if spec.get("early_stopping") is not None:
+        given = _section(
+            spec,
+            "early_stopping",
+            required=("min_steps", "max_steps"),
+            optional=("reduction_factor",),
+        )
+        stopping = {
+            "min_steps": _count(given["min_steps"], "early_stopping.min_steps"),
+            "max_steps": _count(given["max_steps"], "early_stopping.max_steps"),
+            "reduction_factor": _count(
+                given.get("reduction_factor", 3), "early_stopping.reduction_factor"
+            ),
+        }
+    plan = SweepPlan(
+        space=space,
+        method=method,
+        metric=metric["name"],
+        goal=metric["goal"],
+        trials=trials,
+        concurrency=concurrency,
+        seed=seed,
+        early_stopping=stopping,
+    )
+    try:
+        plan.stopper()  # ASHA checks its own settings
+    except ValueError as error:
+        raise SearchSpaceError(str(error)) from None
+    return plan
+
+
+def _section(
+    spec: Mapping[str, Any], name: str, *, required: Sequence[str], optional: Sequence[str] = ()
+) -> Mapping[str, Any]:
+    given = spec.get(name)
+    if not isinstance(given, Mapping):
+        raise SearchSpaceError(f"{name} must be a map with {', '.join(required)}, got {given!r}")
+    missing = [key for key in required if key not in given]
+    unknown = sorted(set(given) - set(required) - set(optional))
+    if missing or unknown:
+        raise SearchSpaceError(
+            f"{name} takes {', '.join([*required, *optional])}; missing {missing}, "
+            f"unknown {unknown}"
+        )
+    return given
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SearchSpaceError(f"{where} must be a positive integer, got {value!r}")
+    return value
