@@ -158,11 +158,6 @@ class Learner:
             self.reference.load_state_dict(state["reference"])
 
 
-def compare_logprobs(logp: Tensor, old_logprobs: Tensor, mask: Tensor) -> LogprobComparison:
-    """The statistics of `LogprobComparison` over the positions where `mask` is 1."""
-    return comparison_of((logp - old_logprobs)[mask > 0])
-
-
 def comparison_of(diff: Tensor) -> LogprobComparison:
     """`LogprobComparison` of the per-token differences logp_train - logp_rollout."""
     diff = diff.double()

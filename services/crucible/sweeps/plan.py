@@ -15,13 +15,12 @@ under grid, so restarting never draws a point twice or skips one.
 """
 
 import math
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from crucible.sweeps.asha import Asha
-from crucible.sweeps.samplers import draw, grid
+from crucible.sweeps.samplers import grid, random_point
 from crucible.sweeps.space import Parameter, Point, SearchSpaceError, parse_space
 
 METHODS = ("grid", "random")
@@ -52,8 +51,7 @@ class SweepPlan:
             raise IndexError(f"trial {number} is outside the budget of {self.trials}")
         if self.method == "grid":
             return grid(self.space)[number]
-        rng = random.Random(f"{self.seed}:{number}")  # noqa: S311 - a reproducible search
-        return {path: draw(parameter, rng) for path, parameter in self.space.items()}
+        return random_point(self.space, self.seed, number)
 
     def to_start(self, *, started: int, running: int) -> list[int]:
         """The numbers of the trials to start now: up to `concurrency` running, `trials` in

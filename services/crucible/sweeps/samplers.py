@@ -24,8 +24,14 @@ def grid(space: Mapping[str, Parameter]) -> list[Point]:
 
 def random_points(space: Mapping[str, Parameter], count: int, seed: int) -> list[Point]:
     """`count` independent draws, the same for the same seed and space."""
-    rng = random.Random(seed)  # noqa: S311 - a reproducible search, not a secret
-    return [{path: draw(parameter, rng) for path, parameter in space.items()} for _ in range(count)]
+    return [random_point(space, seed, number) for number in range(count)]
+
+
+def random_point(space: Mapping[str, Parameter], seed: int, number: int) -> Point:
+    """Draw `number` of a seeded search: a function of (seed, number) alone, so a restarted
+    sweep draws trial n's point again without drawing the ones before it."""
+    rng = random.Random(f"{seed}:{number}")  # noqa: S311 - a reproducible search, not a secret
+    return {path: draw(parameter, rng) for path, parameter in space.items()}
 
 
 def draw(parameter: Parameter, rng: random.Random) -> object:

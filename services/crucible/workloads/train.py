@@ -184,6 +184,7 @@ class Trainer:
         self.scheduler.step()
         if dist.is_initialized():
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
+        row_targets = [sum(e.num_targets for e in row) for row in _rows(items)]
         # .item() is a host-device sync; once per step is the price of logging the loss.
         metrics = {
             "loss": loss_sum.item() / len(micro_batches),
@@ -191,10 +192,8 @@ class Trainer:
             "lr": lr,
             # Positions trained on in the global batch (every rank knows all of it): padding
             # is not counted, so tokens/s is the useful throughput.
-            "tokens": float(sum(e.num_targets for row in _rows(items) for e in row)),
-            "model_flops": float(
-                self.step_flops.of_rows([sum(e.num_targets for e in row) for row in _rows(items)])
-            ),
+            "tokens": float(sum(row_targets)),
+            "model_flops": float(self.step_flops.of_rows(row_targets)),
         }
         if self._fp8_stats_due():
             metrics.update(float8_stats(self.raw_model))
