@@ -9,9 +9,12 @@ rest makes generation cost what a real reply costs), the 124M GPT from fresh wei
 float32 (the learner has no bf16 autocast yet), `--episodes` episodes a round in groups of
 16, trained in micro-batches of `--micro-batch` rows. Each `max_staleness` runs `--rounds`
 rounds from the same weights and seed; reported: the first round whose mean reward reaches
-`--target` and the wall time to the end of it, episodes sampled per second, and the
-trainer's idle share (time waiting for samples over wall time). The three are run one after
-another in one process, `--samples` times in alternating order.
+`--target` and the wall time to the end of it, episodes sampled per second, the
+trainer's idle share (time waiting for samples over wall time) and the GPU's own
+(`gpu_idle_share`: one minus NVML's utilization, read every 0.1 s by the SDK's telemetry
+reader, `sdk/gpu_telemetry.py`, averaged over the run). The three are run one after
+another in one process, `--samples` times in alternating order. With `--stop-at-target`
+a run ends at the round that reaches the target (the figures after it are not read).
 
 With `--generators thread process` each configuration runs with the generator in the
 trainer's process and in a process of its own (`generator: process`), alternated.
@@ -29,6 +32,7 @@ as `serve_bench.py` says: the environments' loader checks its options with pydan
 """
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -46,6 +50,7 @@ from crucible.agents.remote_generator import RemoteGenerator
 from crucible.agents.sandbox import Sandbox
 from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
 from crucible.engine.config import EngineConfig
+from crucible.sdk.gpu_telemetry import GpuReading, GpuSampler, NvmlGpus, busy_share
 from crucible.workloads.config import model_preset
 from crucible.workloads.model import build_model
 from crucible.workloads.tokenizer import ByteTokenizer
@@ -73,13 +78,27 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
     source = load_environment("letter_or_digit", {"kinds": ["digit"]})
     rl = OnlineRL(config, model, ByteTokenizer(), source)
     synchronize()
+    utilization: list[tuple[float, float]] = []
+    sampler = _gpu_sampler(args, utilization)
     started = time.perf_counter()
     ends: list[float] = []
-    rl.on_round = lambda _: ends.append(time.perf_counter() - started)
+    rewards_so_far: list[float] = []
+
+    def round_ended(health: Any) -> None:
+        ends.append(time.perf_counter() - started)
+        rewards_so_far.append(health.mean_reward or 0.0)
+
+    def reached_target() -> bool:
+        return args.stop_at_target and rewards_so_far[-1] >= args.target
+
+    rl.on_round = round_ended
     try:
-        history = rl.run(args.rounds)
+        history = rl.run(args.rounds, should_stop=reached_target)
     finally:
         rl.close()
+        if sampler is not None:
+            sampler.stop()
+    busy = busy_share(utilization, started, started + ends[-1]) if ends else None
     rewards = [h.mean_reward or 0.0 for h in history]
     reached = next((i for i, r in enumerate(rewards) if r >= args.target), None)
     wall = sum(h.wall_s for h in history)
@@ -94,11 +113,29 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
         "round_end_s": [round(end, 2) for end in ends],
         "episodes_per_s": round(sum(h.episodes for h in history) / ends[-1], 1),
         "idle_share": round(sum(h.idle_s for h in history) / wall, 3),
+        "gpu_idle_share": None if busy is None else round(1.0 - busy, 3),
+        "gpu_samples": len(utilization),
         "generate_s": round(sum(h.generate_s for h in history), 2),
         "train_s": round(sum(h.train_s for h in history), 2),
         "weight_update_s": round(sum(h.weight_update_s for h in history), 3),
         "staleness_max": [h.staleness_max for h in history],
     }
+
+
+def _gpu_sampler(args: argparse.Namespace, into: list[tuple[float, float]]) -> GpuSampler | None:
+    """NVML's utilization of the run's GPU every 0.1 s, as (perf_counter time, percent)."""
+    if not args.device.startswith("cuda"):
+        return None
+    gpus = NvmlGpus.open(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if isinstance(gpus, str):
+        print(f"no GPU idle share: {gpus}", flush=True)
+        return None
+    index = torch.cuda.current_device()
+
+    def keep(readings: list[GpuReading]) -> None:
+        into.append((time.perf_counter(), readings[index].utilization))
+
+    return GpuSampler(gpus, 0.1, keep)
 
 
 def weights_part(args: argparse.Namespace, written: dict[str, Any]) -> None:
@@ -153,6 +190,9 @@ def main() -> None:
         "--parts", nargs="+", choices=("rounds", "weights"), default=["rounds", "weights"]
     )
     parser.add_argument("--samples", type=int, default=1)
+    parser.add_argument(
+        "--first-sample", type=int, default=0, help="number of the first (one call per sample)"
+    )
     parser.add_argument("--staleness", type=int, nargs="+", default=list(STALENESS))
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--episodes", type=int, default=512)
@@ -162,6 +202,7 @@ def main() -> None:
         "--micro-batch", type=int, default=64, help="rows per forward and backward (0: all)"
     )
     parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--stop-at-target", action="store_true")
     parser.add_argument("--preset", default="124M")
     parser.add_argument("--device", default="cuda")
     parser.add_argument(
@@ -172,7 +213,7 @@ def main() -> None:
     results: dict[str, Any] = {"rounds": [], "weights": []}
     for part in args.parts:
         if part == "rounds":
-            for sample in range(args.samples):
+            for sample in range(args.first_sample, args.first_sample + args.samples):
                 order = args.staleness if sample % 2 == 0 else args.staleness[::-1]
                 for k in order:
                     for generator in args.generators:

@@ -670,7 +670,29 @@ def measure(api: CrucibleClient, job: JobResult, plan: Plan, repeat: int) -> dic
         "first_step_s": rate["times"][0] - job.started,
         "steps_s": rate["times"][-1] - rate["times"][0],
         "job_s": job.seconds,
+        # What the run page shows besides: the job's own MFU (`workloads/flops.py`, on a
+        # GPU whose peak it knows) and the SDK's GPU telemetry (`sdk/gpu_telemetry.py`).
+        "logged_mfu": _median_after(api, job.run_id, "mfu", plan.warmup),
+        "system_metrics": {
+            key: _median_after(api, job.run_id, key, -1)
+            for key in (
+                "system/gpu/utilization",
+                "system/gpu0/memory_used_gb",
+                "system/gpu0/power_w",
+                "system/gpu0/sm_clock_mhz",
+            )
+        },
+        "system_metric_points": points(api, job.run_id, "system/gpu/utilization"),
     }
+
+
+def _median_after(api: CrucibleClient, run_id: int, key: str, warmup: int) -> float | None:
+    """The median of a run's `key` over the steps after `warmup`, None if it logged none."""
+    got = series(api, run_id, key).get(key)
+    kept = (
+        [v for s, v in zip(got["steps"], got["values"], strict=True) if s > warmup] if got else []
+    )
+    return statistics.median(kept) if kept else None
 
 
 def summarize_run(entry: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@
 # pydantic needs a newer one than it may hold; the image's huggingface-hub does not use
 # httpx2, which lightkube needs. httptools is optional to uvicorn, which production installs
 # as uvicorn[standard]: the served endpoint parses HTTP with it there, so it does here.
+# nvidia-ml-py is the SDK's GPU telemetry (NVML), which the image may lack.
 #
 # On the device machine: carry .whl and start the command with
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/../.."
 
 PACKAGES=(
   alembic annotated-types fastapi httpcore2 httptools httpx2 lightkube lightkube-models mako
-  msgspec opentelemetry-api orjson pydantic pydantic-core pydantic-settings python-dotenv
+  msgspec nvidia-ml-py opentelemetry-api orjson pydantic pydantic-core pydantic-settings python-dotenv
   redis sqlalchemy sse-starlette starlette truststore typing-extensions typing-inspection
   uvicorn
 )

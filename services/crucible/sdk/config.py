@@ -37,3 +37,8 @@ class RunEnvironment(BaseSettings):
         description="Prefix under which checkpoints go; default: "
         "file://$CRUCIBLE_HOME/runs/<run_id>/checkpoints.",
     )
+    system_metrics_interval: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds between readings of the run's GPUs as system metrics; 0: none.",
+    )

@@ -9,6 +9,7 @@ resolving a dataset) wait for it, through the client's own retries.
 
 import atexit
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +31,7 @@ from crucible.sdk.checkpoint import CheckpointStore, RunCheckpointer
 from crucible.sdk.config import RunEnvironment
 from crucible.sdk.datasets import InputDataset
 from crucible.sdk.environment import current_environment
+from crucible.sdk.gpu_telemetry import GpuReading, GpuSampler, NvmlGpus, as_metrics
 from crucible.sdk.heartbeat import Heartbeat
 from crucible.sdk.metrics import MetricShipper
 from crucible.sdk.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag
@@ -58,6 +60,7 @@ class Run:
         heartbeat_interval: float,
         catch_sigterm: bool,
         max_backoff: float,
+        system_metrics_interval: float,
     ) -> None:
         self.id = run_id
         self.attempt = attempt
@@ -76,6 +79,8 @@ class Run:
         )
         self._metrics: MetricShipper | None = None
         self._heartbeat: Heartbeat | None = None
+        self._gpu_sampler: GpuSampler | None = None
+        self._last_step = 0
         if self.is_reporter:
             # Background threads get clients of their own: no retry loop of the client's
             # (the shipper keeps its batches and retries them itself), no shared connections.
@@ -94,6 +99,8 @@ class Run:
                     heartbeat_interval,
                     environment=current_environment(),
                 )
+            if system_metrics_interval > 0:
+                self._gpu_sampler = self._start_gpu_telemetry(system_metrics_interval)
         self._preemption = PreemptionFlag()
         if catch_sigterm:
             self._preemption.install()
@@ -112,7 +119,26 @@ class Run:
         Non-finite values are skipped (with one warning): the API would refuse them.
         """
         if self._metrics is not None:
+            self._last_step = max(self._last_step, step)
             self._metrics.add(values, step)
+
+    def _start_gpu_telemetry(self, interval: float) -> GpuSampler | None:
+        """System metrics of the GPUs this process may use, read every `interval` seconds
+        and logged at the latest step the run logged: a metric point is stored once per
+        (key, step), so there is at most one reading per training step, and the charts line
+        it up with the loss. None, said once, where there is no GPU to read."""
+        gpus = NvmlGpus.open(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if isinstance(gpus, str):
+            log.info("no GPU telemetry: %s", gpus)
+            return None
+        metrics = self._metrics
+        assert metrics is not None
+
+        def record(readings: list[GpuReading]) -> None:
+            metrics.add(as_metrics(readings), self._last_step)
+
+        log.info("GPU telemetry of GPUs %s every %.0f s", gpus.indices, interval)
+        return GpuSampler(gpus, interval, record)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued metric point has been stored; False on timeout."""
@@ -334,6 +360,8 @@ class Run:
             try:
                 self._checkpoint_store.wait()
             finally:
+                if self._gpu_sampler is not None:
+                    self._gpu_sampler.stop()
                 if self._metrics is not None:
                     self._metrics.close(timeout)
                 if self._heartbeat is not None:
@@ -372,6 +400,7 @@ def init(
     heartbeat_interval: float = 15.0,
     catch_sigterm: bool = True,
     max_backoff: float = 10.0,
+    system_metrics_interval: float | None = None,
 ) -> Run:
     """Join the run this process was started for.
 
@@ -379,6 +408,9 @@ def init(
     CRUCIBLE_RUN_ID, CRUCIBLE_ATTEMPT, CRUCIBLE_API_URL, CRUCIBLE_TOKEN,
     CRUCIBLE_CHECKPOINT_URI (default file://$CRUCIBLE_HOME/runs/<run>/checkpoints) and
     CRUCIBLE_RESUME_FROM. Nothing here calls the API, so it works while the API is down.
+
+    system_metrics_interval: seconds between readings of the GPUs (`gpu_telemetry.py`),
+    CRUCIBLE_SYSTEM_METRICS_INTERVAL or 10; 0 turns the telemetry off.
     """
     environment = RunEnvironment()
     overrides: dict[str, Any] = {}
@@ -407,4 +439,9 @@ def init(
         heartbeat_interval=heartbeat_interval,
         catch_sigterm=catch_sigterm,
         max_backoff=max_backoff,
+        system_metrics_interval=(
+            system_metrics_interval
+            if system_metrics_interval is not None
+            else environment.system_metrics_interval
+        ),
     )
