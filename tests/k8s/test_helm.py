@@ -349,6 +349,7 @@ def test_alerts_and_dashboard_use_metrics_crucible_exports(cluster: h.Cluster) -
         "CrucibleRecoveryGaveUp",
         "CrucibleOutboxLag",
         "CrucibleApiErrorRate",
+        "CrucibleRunGpuIdle",
     } <= set(alerts)
     assert 'phase="Scheduling"' in alerts["CrucibleRunsStuckScheduling"]
     (dashboard,) = [d for d in docs if d["kind"] == "ConfigMap" and "crucible.json" in d["data"]]

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crucible.api.gpu_utilization import LatestGpuUtilization
 from crucible.db.tables import OutboxMessage, Run
 
 
@@ -36,6 +37,8 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(engine, session_factory))
+        self.gpu_utilization = LatestGpuUtilization()
+        self.registry.register(self.gpu_utilization)
 
 
 class _StateCollector(Collector):
