@@ -17,7 +17,9 @@ another in one process, `--samples` times in alternating order. With `--stop-at-
 a run ends at the round that reaches the target (the figures after it are not read).
 
 With `--generators thread process` each configuration runs with the generator in the
-trainer's process and in a process of its own (`generator: process`), alternated.
+trainer's process and in a process of its own (`generator: process`), alternated; with
+`--processes 1 2` the process generator runs as one process and as two sharing each batch
+(`generators: 2`), alternated.
 
 "weights": the in-process weight update (`Generator.load_weights`, a device-to-device copy
 of every parameter and buffer into the generator's copy), the snapshot a busy generator
@@ -59,7 +61,9 @@ STALENESS = (0, 1, 2)
 GROUP = 16
 
 
-def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> dict[str, Any]:
+def rounds_run(
+    args: argparse.Namespace, max_staleness: int, generator: str, processes: int = 1
+) -> dict[str, Any]:
     torch.manual_seed(0)
     model = build_model(model_preset(args.preset), device=args.device)
     config = OnlineRLConfig(
@@ -74,6 +78,7 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
         ),
         engine=EngineConfig(max_running=args.episodes),
         generator=generator,
+        generators=processes,
     )
     source = load_environment("letter_or_digit", {"kinds": ["digit"]})
     rl = OnlineRL(config, model, ByteTokenizer(), source)
@@ -89,7 +94,7 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
         rewards_so_far.append(health.mean_reward or 0.0)
 
     def reached_target() -> bool:
-        return args.stop_at_target and rewards_so_far[-1] >= args.target
+        return bool(args.stop_at_target and rewards_so_far[-1] >= args.target)
 
     rl.on_round = round_ended
     try:
@@ -105,6 +110,7 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
     return {
         "max_staleness": max_staleness,
         "generator": generator,
+        "generators": processes,
         "rewards": [round(r, 4) for r in rewards],
         "rounds_to_target": None if reached is None else reached + 1,
         "seconds_to_target": None if reached is None else round(ends[reached], 2),
@@ -120,6 +126,17 @@ def rounds_run(args: argparse.Namespace, max_staleness: int, generator: str) -> 
         "weight_update_s": round(sum(h.weight_update_s for h in history), 3),
         "staleness_max": [h.staleness_max for h in history],
     }
+
+
+def _generator_settings(args: argparse.Namespace, sample: int) -> list[tuple[str, int]]:
+    """(generator, processes) of each run of a sample: every --generators kind, and with
+    `process` every --processes count, in alternating order from sample to sample."""
+    settings = [
+        (kind, count)
+        for kind in args.generators
+        for count in (args.processes if kind == "process" else [1])
+    ]
+    return settings if sample % 2 == 0 else settings[::-1]
 
 
 def _gpu_sampler(args: argparse.Namespace, into: list[tuple[float, float]]) -> GpuSampler | None:
@@ -208,6 +225,13 @@ def main() -> None:
     parser.add_argument(
         "--generators", nargs="+", choices=("thread", "process"), default=["thread"]
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="generator processes sharing each batch (with --generators process)",
+    )
     parser.add_argument("--out", default="online_rl.json")
     args = parser.parse_args()
     results: dict[str, Any] = {"rounds": [], "weights": []}
@@ -216,8 +240,8 @@ def main() -> None:
             for sample in range(args.first_sample, args.first_sample + args.samples):
                 order = args.staleness if sample % 2 == 0 else args.staleness[::-1]
                 for k in order:
-                    for generator in args.generators:
-                        run = rounds_run(args, k, generator) | {"sample": sample}
+                    for generator, processes in _generator_settings(args, sample):
+                        run = rounds_run(args, k, generator, processes) | {"sample": sample}
                         results["rounds"].append(run)
                         print(run, flush=True)
                         # Written after every run, so a run cut off at the device's time

@@ -1,7 +1,8 @@
 """Online RL with its generator in a process of its own (`generator: process`): each policy
 version goes to it through a safetensors file, the batches come back over a socket, and the
-run is the in-process run to the bit. A generator process that dies fails the round naming
-it; a bad setting is refused."""
+run is the in-process run to the bit; several processes (`generators`) share each batch
+and play the episodes one would. A generator process that dies fails the round naming it;
+a bad setting is refused."""
 
 import os
 import signal
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from crucible.agents.generator_pool import GeneratorPool, shares
 from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
-from crucible.agents.remote_generator import GeneratorProcessError, RemoteGenerator
+from crucible.agents.records import EpisodeRecord
+from crucible.agents.remote_generator import GeneratorProcessError
 from crucible.workloads.tokenizer import ByteTokenizer
 from tests.agents.online_runs import config, digits, online, tiny_model
 
@@ -28,6 +31,44 @@ def records_and_weights(rl: OnlineRL, rounds: int) -> tuple[list[object], dict[s
     return [rewards, batches], rl.learner.model.state_dict()
 
 
+def episodes_of(batches: list[tuple[int, list[EpisodeRecord]]]) -> list[tuple[object, ...]]:
+    """What a policy played: every episode's number, tokens, reward and version."""
+    return [
+        (index, r.index, [t.completion_ids for t in r.turns], r.reward, r.policy)
+        for index, records in batches
+        for r in records
+    ]
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_three_generator_processes_play_the_episodes_one_plays(max_staleness: int) -> None:
+    one: list[tuple[int, list[EpisodeRecord]]] = []
+    three: list[tuple[int, list[EpisodeRecord]]] = []
+    for count, batches in ((1, one), (3, three)):
+        rl = online(config(max_staleness=max_staleness, generator="process", generators=count))
+        rl.on_batch = lambda index, records, into=batches: into.append((index, records))
+        try:
+            rl.run(3)
+        finally:
+            rl.close()
+    assert [r.index for _, records in three for r in records] == list(range(32)) * 3
+    assert episodes_of(three) == episodes_of(one)
+    # The engine's sums differ with what shares a batch (docs/agents.md, "On the real
+    # node"): the logprobs agree to float rounding, not to the bit.
+    for (_, mine), (_, theirs) in zip(three, one, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
+            for turn_a, turn_b in zip(a.turns, b.turns, strict=True):
+                assert turn_a.logprobs == pytest.approx(turn_b.logprobs, abs=1e-5)
+
+
+def test_a_batch_is_cut_between_groups_as_evenly_as_they_allow() -> None:
+    assert shares(32, 8, 1) == [(0, 32)]
+    assert shares(32, 8, 3) == [(0, 16), (16, 24), (24, 32)]
+    assert shares(16, 8, 3) == [(0, 8), (8, 16), (16, 16)]
+    with pytest.raises(ValueError, match="30 played tasks are not whole groups of 8"):
+        shares(30, 8, 2)
+
+
 @pytest.mark.parametrize("max_staleness", [0, 2])
 def test_a_generator_process_gives_the_in_process_run_bit_for_bit(max_staleness: int) -> None:
     here, here_weights = records_and_weights(online(config(max_staleness=max_staleness)), 4)
@@ -38,9 +79,16 @@ def test_a_generator_process_gives_the_in_process_run_bit_for_bit(max_staleness:
     assert all(torch.equal(there_weights[k], here_weights[k]) for k in here_weights)
 
 
-def test_each_version_goes_through_one_file_that_the_next_replaces(tmp_path: Path) -> None:
+@pytest.mark.parametrize("generators", [1, 2])
+def test_each_version_goes_through_one_file_that_the_next_replaces(
+    tmp_path: Path, generators: int
+) -> None:
     rl = OnlineRL(
-        config(generator="process"), tiny_model(), ByteTokenizer(), digits(), exchange_dir=tmp_path
+        config(generator="process", generators=generators),
+        tiny_model(),
+        ByteTokenizer(),
+        digits(),
+        exchange_dir=tmp_path,
     )
     try:
         health = rl.run(3)
@@ -56,9 +104,10 @@ def test_a_generator_process_that_dies_fails_the_round_naming_it() -> None:
     rl = online(config(generator="process"))
     try:
         rl.run(1)
-        assert isinstance(rl.generator, RemoteGenerator)
-        os.kill(rl.generator._process.pid, signal.SIGKILL)
-        rl.generator._process.wait()
+        assert isinstance(rl.generator, GeneratorPool)
+        process = rl.generator.generators[0]._process
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
         with pytest.raises(GeneratorProcessError, match=r"gone \(exit code -9\)"):
             rl.run(1)
     finally:
@@ -68,3 +117,12 @@ def test_a_generator_process_that_dies_fails_the_round_naming_it() -> None:
 def test_an_unknown_generator_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="generator must be one of thread, process, got 'pod'"):
         config(generator="pod")
+
+
+def test_several_generators_need_processes_and_groups_to_share() -> None:
+    with pytest.raises(ValueError, match="generators=2 needs generator: process"):
+        config(generators=2)
+    with pytest.raises(ValueError, match="generators=5 is more than the 4 tasks of a round"):
+        config(generator="process", generators=5)
+    with pytest.raises(ValueError, match="generators must be a positive integer, got 0"):
+        config(generator="process", generators=0)

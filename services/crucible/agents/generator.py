@@ -59,8 +59,11 @@ class Generator:
         self.sandbox = sandbox
         self._engine: Engine | None = None
 
-    def generate(self, tasks: Sequence[dict[str, Any]], *, seed: int) -> list[EpisodeRecord]:
-        """One episode per task, each stamped with the version of the weights it ran on."""
+    def generate(
+        self, tasks: Sequence[dict[str, Any]], *, seed: int, first_index: int = 0
+    ) -> list[EpisodeRecord]:
+        """One episode per task, each stamped with the version of the weights it ran on;
+        numbered from `first_index` (`runner.run_episodes`)."""
         if self._engine is None:
             self._engine = Engine(self.model, self.tokenizer, self.engine_config)
         records = run_episodes(
@@ -70,6 +73,7 @@ class Generator:
             seed=seed,
             config=self.episode_config,
             sandbox=self.sandbox,
+            first_index=first_index,
         )
         return [replace(r, policy=self.version) for r in records]
 

@@ -46,8 +46,8 @@ def serve(connection: Connection) -> None:
             elif request == "load":
                 answer = _load(generator, *arguments)
             elif request == "generate":
-                tasks, seed = arguments
-                answer = generator.generate(tasks, seed=seed)
+                tasks, seed, first_index = arguments
+                answer = generator.generate(tasks, seed=seed, first_index=first_index)
             else:
                 raise RuntimeError(f"unknown request {request!r}")
         except Exception:  # every failure goes back to the trainer

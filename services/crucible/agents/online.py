@@ -32,6 +32,7 @@ from typing import Any
 
 from crucible.agents.buffer import Discard, Group, SampleBuffer
 from crucible.agents.generator import Generator, weights_snapshot
+from crucible.agents.generator_pool import GeneratorPool, shares
 from crucible.agents.health import (
     FAILED_ENDS,
     RoundHealth,
@@ -176,19 +177,45 @@ class OnlineRL:
             micro_batch_size=config.micro_batch_size,
         )
         self._exchange: _Exchange | None = None
-        make: Callable[..., Generator | RemoteGenerator] = Generator
+        sandbox = sandbox or Sandbox()
+        self.generator: Generator | GeneratorPool
         if config.generator == "process":
             self._exchange = _Exchange(exchange_dir)
-            make = partial(RemoteGenerator, directory=self._exchange.path)
-        self.generator = make(
-            model,
-            tokenizer,
-            source,
-            version=self.version,
-            engine_config=generator_engine_config(config.engine, config.episode, model),
-            episode_config=config.episode,
-            sandbox=sandbox or Sandbox(),
-        )
+            # Each process plays at most the largest share of a batch at once.
+            largest_share = max(
+                b - a
+                for a, b in shares(config.episodes_per_round, config.group_size, config.generators)
+            )
+            episode = replace(
+                config.episode, concurrency=min(config.episode.concurrency, largest_share)
+            )
+            start_generator = partial(
+                RemoteGenerator,
+                model,
+                tokenizer,
+                source,
+                version=self.version,
+                engine_config=generator_engine_config(config.engine, episode, model),
+                episode_config=episode,
+                sandbox=sandbox,
+                directory=self._exchange.path,
+            )
+            self.generator = GeneratorPool(
+                lambda _: start_generator(),
+                config.generators,
+                group_size=config.group_size,
+                directory=self._exchange.path,
+            )
+        else:
+            self.generator = Generator(
+                model,
+                tokenizer,
+                source,
+                version=self.version,
+                engine_config=generator_engine_config(config.engine, config.episode, model),
+                episode_config=config.episode,
+                sandbox=sandbox,
+            )
 
     def close(self) -> None:
         """Stop the generator's process, if it has one, and remove what it left."""

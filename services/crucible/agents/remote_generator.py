@@ -83,7 +83,8 @@ class RemoteGenerator:
                 f"the generator process did not start (exit code {self._process.returncode})"
             )
         self._connection: Connection = Client(("127.0.0.1", int(port)), authkey=key)
-        model_path = directory / "model.pt"
+        # Named by the process: several generators may start from one directory.
+        model_path = directory / f"model-{self._process.pid}.pt"
         torch.save(model, model_path)
         device = next(iter(model.parameters())).device
         settings = {
@@ -99,9 +100,12 @@ class RemoteGenerator:
         self._call("start", str(model_path), settings, timeout=START_TIMEOUT_S)
         model_path.unlink()
 
-    def generate(self, tasks: Sequence[dict[str, Any]], *, seed: int) -> list[EpisodeRecord]:
-        """One episode per task, each stamped with the version of the weights it ran on."""
-        records: list[EpisodeRecord] = self._call("generate", list(tasks), seed)
+    def generate(
+        self, tasks: Sequence[dict[str, Any]], *, seed: int, first_index: int = 0
+    ) -> list[EpisodeRecord]:
+        """One episode per task, each stamped with the version of the weights it ran on;
+        numbered from `first_index`."""
+        records: list[EpisodeRecord] = self._call("generate", list(tasks), seed, first_index)
         return records
 
     def load_weights(
@@ -110,20 +114,19 @@ class RemoteGenerator:
         """Write `weights` to a file of this version and have the process load it; returns
         the seconds both took. The file of the version before is removed once this one is
         loaded."""
-        from safetensors.torch import save_file
-
         started = time.perf_counter()
-        source = tensors_of(weights) if isinstance(weights, nn.Module) else weights
-        path = self.directory / f"policy-{version.update:06d}.safetensors"
-        partial = path.with_suffix(".partial")
-        save_file({name: t.detach().contiguous() for name, t in source.items()}, partial)
-        os.replace(partial, path)
-        self._call("load", str(path), version)
+        path = write_weights(weights, version, self.directory)
+        self.load_file(path, version)
         if self._latest is not None and self._latest != path:
             self._latest.unlink(missing_ok=True)
         self._latest = path
-        self.version = version
         return time.perf_counter() - started
+
+    def load_file(self, path: Path, version: PolicyVersion) -> None:
+        """Have the process load policy `version` from `path` (`write_weights`'s file),
+        which the caller keeps and removes."""
+        self._call("load", str(path), version)
+        self.version = version
 
     def close(self) -> None:
         """Stop the process (waiting for it a little) and remove the weights' file."""
@@ -154,6 +157,21 @@ class RemoteGenerator:
         if status == "error":
             raise GeneratorProcessError(f"the generator process failed {request!r}:\n{answer}")
         return answer
+
+
+def write_weights(
+    weights: nn.Module | Mapping[str, torch.Tensor], version: PolicyVersion, directory: Path
+) -> Path:
+    """`weights` as `policy-<update>.safetensors` in `directory`, renamed into place whole,
+    for generator processes to load."""
+    from safetensors.torch import save_file
+
+    source = tensors_of(weights) if isinstance(weights, nn.Module) else weights
+    path = directory / f"policy-{version.update:06d}.safetensors"
+    partial = path.with_suffix(".partial")
+    save_file({name: t.detach().contiguous() for name, t in source.items()}, partial)
+    os.replace(partial, path)
+    return path
 
 
 def _kill(process: subprocess.Popen[str]) -> None:

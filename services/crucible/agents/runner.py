@@ -35,10 +35,14 @@ def run_episodes(
     seed: int,
     config: EpisodeConfig,
     sandbox: Sandbox,
+    first_index: int = 0,
 ) -> list[EpisodeRecord]:
     """One episode per task, sampled from `engine` (which the runner has to itself until it
-    returns); the records in the tasks' order."""
-    return _EngineRun(engine, source, tasks, seed=seed, config=config, sandbox=sandbox).run()
+    returns); the records in the tasks' order. The episodes are numbered from
+    `first_index` (a share of a larger batch: the number seeds the sampling)."""
+    return _EngineRun(
+        engine, source, tasks, seed=seed, config=config, sandbox=sandbox, first_index=first_index
+    ).run()
 
 
 def run_scripted(
@@ -95,9 +99,12 @@ class _EngineRun:
         seed: int,
         config: EpisodeConfig,
         sandbox: Sandbox,
+        first_index: int,
     ) -> None:
         self.engine, self.config, self.sandbox, self.seed = engine, config, sandbox, seed
-        self.episodes = [_episode(i, t, source, seed, config) for i, t in enumerate(tasks)]
+        self.episodes = [
+            _episode(first_index + i, t, source, seed, config) for i, t in enumerate(tasks)
+        ]
         self.unopened = deque(self.episodes)
         self.live = 0
         self.generating: dict[str, tuple[Episode, list[int]]] = {}

@@ -141,13 +141,20 @@ class OnlineRLConfig:
     copied in memory); "process", in a process of its own on the same device (each version
     through a safetensors file, the requests over a local socket)."""
 
+    generators: int = 1
+    """With `generator: process`, how many generator processes sample each batch: each
+    plays a contiguous share of the batch's tasks (whole groups) at the same time, and an
+    episode is the same whichever plays it (its seeds come from its place in the batch).
+    Each has its own engine, holding `engine.num_blocks` blocks when given, else sized for
+    its share of the episodes."""
+
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
             raise ValueError(
                 f"online RL generator must be one of {', '.join(GENERATORS)}, got "
                 f"{self.generator!r}"
             )
-        for name in ("episodes_per_round", "updates_per_round"):
+        for name in ("episodes_per_round", "updates_per_round", "generators"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"online RL {name} must be a positive integer, got {value!r}")
@@ -173,6 +180,16 @@ class OnlineRLConfig:
                 f"online RL's {self.groups_per_round} tasks per round (episodes_per_round / "
                 f"group_size) do not split into updates_per_round={self.updates_per_round} "
                 "equal updates"
+            )
+        if self.generators > 1 and self.generator != "process":
+            raise ValueError(
+                f"online RL generators={self.generators} needs generator: process (a "
+                f"generator in the trainer's process is one), got generator: {self.generator}"
+            )
+        if self.generators > self.groups_per_round:
+            raise ValueError(
+                f"online RL generators={self.generators} is more than the "
+                f"{self.groups_per_round} tasks of a round: a generator plays whole groups"
             )
         staleness = self.max_staleness
         if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
