@@ -28,6 +28,16 @@ class LocalServer:
         return (self.home / "token").read_text().strip()
 
 
+def wait_for(what: str, done: Any, timeout: float) -> Any:
+    """Ask `done()` every second until it answers something true, and return that; fail
+    naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := done()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+    return value
+
+
 def crucible(
     env: dict[str, str], *args: str, timeout: float = 180, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:

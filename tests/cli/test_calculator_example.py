@@ -9,7 +9,6 @@ tests/k8s/test_real_node.py). The trajectories, the policy versions and the eval
 reached from the trajectories dataset through the lineage graph, the same graph the
 dashboard draws."""
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 
 from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
-from tests.servers import crucible, local_server
+from tests.servers import crucible, local_server, wait_for
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "calculator-rl.yaml"
 ROUNDS = 16
@@ -29,14 +28,6 @@ def series(api: CrucibleClient, run_id: int, key: str) -> dict[int, float]:
     answer = api.request("GET", f"/api/v1/runs/{run_id}/metrics", params={"keys": key})
     (found,) = answer["series"] or [{"steps": [], "values": []}]
     return dict(zip(found["steps"], found["values"], strict=True))
-
-
-def wait_for(what: str, done: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := done()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
-    return value
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Every resource under examples/ is one the REST API (and so the CRDs, generated from the
-same models) accepts (a ServedModel: its spec model, which its CRD is generated from), and
+same models) accepts (a ServedModel: its spec model, which its CRD is generated from; a
+Sweep: the file `crucible sweeps run` takes, every trial's config checked), and
 a Kubernetes example that runs a command of its own names its image (the operator's
 default image holds the reference workloads). Files named `*-values.yaml` are Helm values
 for the chart, checked against its values schema."""
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
+from crucible.cli.sweeps import load_sweep
 from crucible.domain.specs import Manifest, ServedModelManifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +30,9 @@ def test_example_is_valid(path: Path) -> None:
     for document in documents:
         if document["kind"] == "ServedModel":
             ServedModelManifest.model_validate(document)
+            continue
+        if document["kind"] == "Sweep":  # `crucible sweeps run`'s file, checked whole
+            load_sweep(path)
             continue
         MANIFEST.validate_python(document)
         spec = document["spec"]

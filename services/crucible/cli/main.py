@@ -16,6 +16,7 @@ from crucible.cli.deployments import deployments_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
 from crucible.cli.serving import serve_checkpoint
+from crucible.cli.sweeps import sweeps_app
 from crucible.cli.tokenizers import tokenizers_app
 from crucible.client import ApiError, CrucibleClient, provenance
 from crucible.client.reproduce import reproduction, reproduction_name
@@ -47,6 +48,7 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(tokenizers_app, name="tokenizers")
 app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(deployments_app, name="deployments")
+app.add_typer(sweeps_app, name="sweeps")
 app.command("serve")(friendly_errors(serve_checkpoint))
 
 
