@@ -4,6 +4,13 @@ resource and the attempt, so they are unit-tested without a cluster.
 One pod per node (TrainingRun), per replica (RolloutJob) or one (EvalJob), named
 `<run>-a<attempt>-<rank>`. Several pods rendezvous through torchrun at rank 0's stable DNS
 name, `<run>-a<attempt>-0.<run>.<namespace>.svc`, which the headless Service provides.
+
+An online-RL TrainingRun with `config.online.generator: pod` has, after its trainer's
+pod, `config.online.generators` generator pods (ranks 1 up), each with the trainer's
+resources, running `python -m crucible.agents.generator_process --pod`: they write their
+addresses to the attempt's directory on the shared volume, where the trainer finds them
+(`agents/generator_endpoints.py`), and end when the trainer closes them. They are pods of
+the attempt like any other: scheduled as one gang, and one evicted interrupts the attempt.
 """
 
 import copy
@@ -12,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crucible.agents.generator_endpoints import ENDPOINTS_ENV, INDEX_ENV, POD_IP_ENV
 from crucible.domain import contract
 from crucible_operator import naming
 from crucible_operator.facts import GPU
@@ -62,19 +70,38 @@ class Shape:
     """How many pods an attempt has and what each one gets."""
 
     pods: int
+    """The workload's pods (torchrun's nodes)."""
+
     gpus_per_pod: int
     processes_per_pod: int
+    generators: int = 0
+    """Generator pods beside them (`generator_pods`)."""
 
     @property
     def world(self) -> int:
         return self.pods * self.processes_per_pod
+
+    @property
+    def all_pods(self) -> int:
+        return self.pods + self.generators
+
+
+def generator_pods(spec: Mapping[str, Any]) -> int:
+    """How many generator pods an online-RL TrainingRun's spec asks for (0: none)."""
+    online = (spec.get("config") or {}).get("online") or {}
+    if not isinstance(online, Mapping) or online.get("generator") != "pod":
+        return 0
+    return int(online.get("generators", 1))
 
 
 def shape(kind: str, spec: Mapping[str, Any]) -> Shape:
     if kind == "TrainingRun":
         gpus = int(spec.get("gpusPerNode", 0))
         return Shape(
-            int(spec.get("nodes", 1)), gpus, int(spec.get("processesPerNode") or gpus or 1)
+            int(spec.get("nodes", 1)),
+            gpus,
+            int(spec.get("processesPerNode") or gpus or 1),
+            generator_pods(spec),
         )
     if kind == "RolloutJob":
         return Shape(int(spec.get("replicas", 1)), int(spec.get("gpusPerReplica", 0)), 1)
@@ -216,6 +243,13 @@ def build_pods(
         ),
     }
     base_env = {**shared, **base_env}  # the spec's own env still wins
+    if sh.generators and options.storage_claim:
+        # Every pod of the attempt: the generators write their addresses here, the
+        # trainer reads them (registration refuses generator pods without the claim).
+        base_env[ENDPOINTS_ENV] = (
+            f"{options.storage_path.rstrip('/')}/runs/{attempt.run_id}/outputs/"
+            f"generators/attempt-{attempt.number}"
+        )
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", **size_limit(options.shm_limit)}},
         {"name": "workspace", "emptyDir": {}},
@@ -232,9 +266,12 @@ def build_pods(
     if with_package:
         volumes.append({"name": CODE_VOLUME, "emptyDir": {}})
     pods = []
-    for rank in range(sh.pods):
+    for rank in range(sh.all_pods):
+        generator = rank - sh.pods if rank >= sh.pods else None
         env = dict(base_env)
-        if sh.world > 1:
+        if generator is not None:
+            env[INDEX_ENV] = str(generator)
+        elif sh.world > 1:
             env.update(
                 {
                     "MASTER_ADDR": master,
@@ -251,6 +288,10 @@ def build_pods(
                 "valueFrom": {"secretKeyRef": {"name": options.token_secret, "key": "token"}},
             }
         )
+        if generator is not None:
+            env_list.append(
+                {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+            )
         container_env: dict[str, Any] = {"env": env_list}
         if options.storage_uri and options.storage_secret:
             container_env["envFrom"] = [{"secretRef": {"name": options.storage_secret}}]
@@ -271,7 +312,11 @@ def build_pods(
                 {
                     "name": naming.WORKLOAD_CONTAINER,
                     "image": image,
-                    "command": _command(kind, spec, sh, rank, master),
+                    "command": (
+                        _command(kind, spec, sh, rank, master)
+                        if generator is None
+                        else ["python", "-m", "crucible.agents.generator_process", "--pod"]
+                    ),
                     **({"workingDir": spec["workingDir"]} if spec.get("workingDir") else {}),
                     **container_env,
                     "resources": resources_of(spec, sh.gpus_per_pod),
@@ -308,7 +353,7 @@ def build_pods(
         if not uses_gang_gate(spec):
             # Kueue admits a pod group all or nothing: one group per attempt.
             pod_labels[KUEUE_POD_GROUP] = f"{name}-a{attempt.number}"
-            pod_annotations[KUEUE_GROUP_COUNT] = str(sh.pods)
+            pod_annotations[KUEUE_GROUP_COUNT] = str(sh.all_pods)
         pods.append(
             {
                 "apiVersion": "v1",

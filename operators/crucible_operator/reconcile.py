@@ -206,7 +206,7 @@ class Pass:
 
     async def _during_attempt(self, run: RunPublic, number: int) -> float | None:
         mine = self._attempt_pods()
-        expected = pods.shape(self.kind, self.spec).pods
+        expected = pods.shape(self.kind, self.spec).all_pods
         if self.tracked.stopping is None and run.phase is Phase.Running:
             await self._check_preempt_request(run, number, mine)
         if self.tracked.stopping is None:

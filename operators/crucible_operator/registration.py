@@ -18,6 +18,7 @@ from crucible.client import ApiError, calls
 from crucible.domain.enums import Backend, Role
 from crucible.schemas.runs import RunPublic, RunSubmit
 from crucible.schemas.tenancy import ProjectCreate, TokenCreate
+from crucible_operator import pods
 from crucible_operator.context import OperatorContext
 
 
@@ -82,6 +83,12 @@ def manifest_of(body: Mapping[str, Any]) -> dict[str, Any]:
 
 async def register(ctx: OperatorContext, body: Mapping[str, Any]) -> RunPublic:
     meta = body["metadata"]
+    if pods.generator_pods(body.get("spec") or {}) and not ctx.options.storage_claim:
+        raise RegistrationRefused(
+            "config.online.generator: pod needs the shared volume (the operator's "
+            "storage claim): generator pods find the trainer and take each policy version "
+            "through it, and this operator has none; use generator: process"
+        )
     project = await project_for(ctx, meta["namespace"])
     try:
         submission = RunSubmit.model_validate(

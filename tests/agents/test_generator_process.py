@@ -6,11 +6,17 @@ a bad setting is refused."""
 
 import os
 import signal
+import subprocess
+import sys
+from functools import partial
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client
 from pathlib import Path
 
 import pytest
 import torch
 
+from crucible.agents.generator_endpoints import endpoint_key, wait_for_endpoint
 from crucible.agents.generator_pool import GeneratorPool, shares
 from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
@@ -115,14 +121,85 @@ def test_a_generator_process_that_dies_fails_the_round_naming_it() -> None:
 
 
 def test_an_unknown_generator_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match="generator must be one of thread, process, got 'pod'"):
-        config(generator="pod")
+    with pytest.raises(
+        ValueError, match="generator must be one of thread, process, pod, got 'node'"
+    ):
+        config(generator="node")
 
 
 def test_several_generators_need_processes_and_groups_to_share() -> None:
-    with pytest.raises(ValueError, match="generators=2 needs generator: process"):
+    with pytest.raises(ValueError, match="generators=2 needs generator: process or pod"):
         config(generators=2)
     with pytest.raises(ValueError, match="generators=5 is more than the 4 tasks of a round"):
         config(generator="process", generators=5)
     with pytest.raises(ValueError, match="generators must be a positive integer, got 0"):
         config(generator="process", generators=0)
+
+
+def start_generator_pod(directory: Path, index: int, token: str) -> subprocess.Popen[str]:
+    """`python -m crucible.agents.generator_process --pod` with the environment the operator
+    gives a generator pod (its address: this machine's loopback)."""
+    environment = {
+        **os.environ,
+        "CRUCIBLE_TOKEN": token,
+        "CRUCIBLE_RUN_ID": "7",
+        "CRUCIBLE_ATTEMPT": "2",
+        "CRUCIBLE_GENERATOR_ENDPOINTS": str(directory),
+        "CRUCIBLE_GENERATOR_INDEX": str(index),
+        "POD_IP": "127.0.0.1",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "crucible.agents.generator_process", "--pod"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_generators_started_elsewhere_are_found_by_their_addresses_and_play_alike(
+    tmp_path: Path,
+) -> None:
+    endpoints = tmp_path / "generators" / "attempt-2"
+    pods = [start_generator_pod(endpoints, index, "s3cret") for index in range(2)]
+    try:
+        # A stranger without the attempt's key is turned away; the generator waits on.
+        stranger = wait_for_endpoint(endpoints, 0, endpoint_key("guess", 7, 2), timeout=60)
+        with pytest.raises(AuthenticationError):
+            Client((stranger.host, stranger.port), authkey=stranger.key)
+        key = endpoint_key("s3cret", 7, 2)
+        batches: list[tuple[int, list[EpisodeRecord]]] = []
+        rl = OnlineRL(
+            config(generator="pod", generators=2),
+            tiny_model(),
+            ByteTokenizer(),
+            digits(),
+            exchange_dir=tmp_path / "weights",
+            endpoints=partial(wait_for_endpoint, endpoints, key=key, timeout=60),
+        )
+        rl.on_batch = lambda index, records: batches.append((index, records))
+        try:
+            rl.run(2)
+        finally:
+            rl.close()
+        assert [p.wait(30) for p in pods] == [0, 0]  # closed by the trainer, they end
+    finally:
+        for pod in pods:
+            pod.kill()
+    alone: list[tuple[int, list[EpisodeRecord]]] = []
+    rl = online(config(generator="process"))
+    rl.on_batch = lambda index, records: alone.append((index, records))
+    try:
+        rl.run(2)
+    finally:
+        rl.close()
+    assert episodes_of(batches) == episodes_of(alone)
+
+
+def test_generator_pods_in_the_local_mode_are_processes() -> None:
+    rl = online(config(generator="pod", generators=2))
+    try:
+        rl.run(1)
+        assert isinstance(rl.generator, GeneratorPool)
+        assert all(g._process is not None for g in rl.generator.generators)
+    finally:
+        rl.close()

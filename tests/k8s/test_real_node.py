@@ -373,11 +373,11 @@ LOCAL_FIGURES = Path(__file__).parents[2] / "benchmarks" / "results" / "calculat
 
 def calculator_runs(namespace: str) -> list[dict[str, Any]]:
     """examples/calculator-rl.yaml's runs on the real node: the demonstrations, the SFT run,
-    and the RL run with its generator in a process of its own (weights through the shared
-    volume), without its evals (the local mode's test scores every checkpoint; here each
-    eval would add a pod)."""
+    and the RL run with its generator in a pod of its own (addresses and weights through the
+    shared volume, requests over the pod network), without its evals (the local mode's test
+    scores every checkpoint; here each eval would add a pod)."""
     demos, sft, rl = yaml.safe_load_all(CALCULATOR_EXAMPLE.read_text())
-    rl["spec"]["config"]["online"]["generator"] = "process"
+    rl["spec"]["config"]["online"]["generator"] = "pod"
     del rl["spec"]["evals"]
     for manifest in (demos, sft, rl):
         manifest["metadata"]["namespace"] = namespace
@@ -396,8 +396,8 @@ def test_the_calculator_agent_learns_on_real_pods_and_an_evicted_run_resumes_exa
     storage_ns: str, real_stack: Stack, shared_dir: Path
 ) -> None:
     """The tool-using agent from demonstrations to online RL, each stage a pod whose tools
-    run in the sandbox (the node's seccomp profile); the RL run, its generator a process of
-    its own, is evicted after its third round and plays the rounds the local mode's run
+    run in the sandbox (the node's seccomp profile); the RL run, its generator a pod of its
+    own, has its trainer evicted after its third round and plays the rounds the local mode's run
     played (benchmarks/results/calculator_example.json)."""
     h.apply(*calculator_runs(storage_ns))
     first = wait_running_past(real_stack, storage_ns, "calculator-rl", 3, seconds=1500)
@@ -435,12 +435,16 @@ def test_the_calculator_agent_learns_on_real_pods_and_an_evicted_run_resumes_exa
     # last bits (docs/agents.md, "On the real node"); in the runs so far, not one token.
     local = json.loads(LOCAL_FIGURES.read_text())["rounds"]
     assert curve == pytest.approx([r["mean_reward"] for r in local], abs=2 / RL_EPISODES + 1e-4)
-    # Its generator took every update through a file on the shared volume, each removed
-    # once the next was loaded and the last at the end.
+    # Its generator, a pod of each attempt that wrote its address to the shared volume,
+    # took every update through a file there, each removed once the next was loaded and
+    # the last at the end.
     updates = series(real_stack, first["id"], "rl/weight_update_s")
     assert len(updates) == RL_ROUNDS and all(s > 0 for s in updates.values()), updates
     outputs = shared_dir / "runs" / str(first["id"]) / "outputs"
     assert list((outputs / "policy-weights").iterdir()) == []
+    for attempt in (1, 2):
+        address = json.loads((outputs / "generators" / f"attempt-{attempt}" / "0.json").read_text())
+        assert address["host"] != "127.0.0.1" and address["port"] > 0, address
     # The trajectories: every batch once, published by the run.
     data = real_stack.get(
         "/datasets/resolve", project=storage_ns, ref="calculator-rl-trajectories@latest"

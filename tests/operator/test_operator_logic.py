@@ -529,6 +529,41 @@ def test_with_a_storage_claim_checkpoints_and_published_files_go_to_the_shared_v
     assert env(own)["CRUCIBLE_CHECKPOINT_URI"] == "s3://b/x/runs/9/checkpoints"
 
 
+def test_an_online_run_with_generator_pods_has_them_after_its_trainer() -> None:
+    options = dataclasses.replace(OPTIONS, storage_claim="shared", storage_path="/data")
+    online = {"online": {"environment": "calculator", "generator": "pod", "generators": 2}}
+    spec = {"gpusPerNode": 1, "config": online}
+    assert pods.shape("TrainingRun", spec) == pods.Shape(1, 1, 1, generators=2)
+    built = pods.build_pods(body(**spec), "TrainingRun", pods.Attempt(9, 2, None, None), options)
+    assert [p["metadata"]["name"] for p in built] == ["sft-a2-0", "sft-a2-1", "sft-a2-2"]
+    trainer, first, second = (env(p) for p in built)
+    endpoints = "/data/runs/9/outputs/generators/attempt-2"
+    assert trainer["CRUCIBLE_GENERATOR_ENDPOINTS"] == endpoints
+    assert first["CRUCIBLE_GENERATOR_ENDPOINTS"] == endpoints
+    assert (first["CRUCIBLE_GENERATOR_INDEX"], second["CRUCIBLE_GENERATOR_INDEX"]) == ("0", "1")
+    assert first["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "CRUCIBLE_GENERATOR_INDEX" not in trainer and "MASTER_ADDR" not in trainer
+    containers = [p["spec"]["containers"][0] for p in built]
+    assert containers[0]["command"] == ["python", "-m", "crucible.workloads.jobs.online_rl"]
+    assert containers[1]["command"] == [
+        "python",
+        "-m",
+        "crucible.agents.generator_process",
+        "--pod",
+    ]
+    # Each generator has the trainer's GPUs, so one gang check places them all.
+    assert all(c["resources"] == containers[0]["resources"] for c in containers)
+    assert all(p["spec"]["schedulingGates"] == [{"name": naming.GANG_GATE}] for p in built)
+
+
+@pytest.mark.parametrize(
+    "online",
+    [{}, {"generator": "process", "generators": 2}, {"generator": "thread"}],
+)
+def test_only_generator_pod_adds_pods(online: dict[str, Any]) -> None:
+    assert pods.shape("TrainingRun", {"config": {"online": online}}).all_pods == 1
+
+
 def test_with_object_storage_files_go_under_runs_and_keys_come_from_a_secret() -> None:
     options = dataclasses.replace(OPTIONS, storage_uri="s3://team/crucible/", storage_secret="s3")
     (built,) = pods.build_pods(

@@ -1,9 +1,12 @@
 """`python -m crucible.agents.generator_process`: a generator of online RL in a process of
 its own, the other end of `remote_generator.RemoteGenerator`.
 
-It listens on a loopback port, prints the port on its first line of output, and takes one
-connection, authenticated with the key in CRUCIBLE_GENERATOR_KEY (hex; the environment, not
-the command line, so that no process listing shows it). The first message builds a
+Started by the trainer, it listens on a loopback port, prints the port on its first line of
+output, and takes one connection, authenticated with the key in CRUCIBLE_GENERATOR_KEY (hex;
+the environment, not the command line, so that no process listing shows it). With
+`--pod`, started by the operator as a pod of the run (`generator: pod`), it listens on the
+pod's address instead, writes it where the trainer looks (`generator_endpoints.py`), and
+takes the first connection that answers the attempt's key. The first message builds a
 `Generator` over the model the trainer saved; then each request is answered in order:
 `load` a policy version from its safetensors file, `generate` a batch, `stop`. A request
 that fails is answered with the error's text, and the process goes on; a connection that
@@ -13,8 +16,18 @@ ends ends the process.
 import os
 import sys
 import traceback
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener
+from pathlib import Path
 from typing import Any
+
+from crucible.agents.generator_endpoints import (
+    ENDPOINTS_ENV,
+    INDEX_ENV,
+    POD_IP_ENV,
+    endpoint_key,
+    write_endpoint,
+)
 
 KEY_ENV = "CRUCIBLE_GENERATOR_KEY"
 
@@ -25,6 +38,30 @@ def main() -> None:
         print(listener.address[1], flush=True)
         with listener.accept() as connection:
             serve(connection)
+
+
+def main_in_pod() -> None:
+    """A generator pod: the run's token, id and attempt, its index and address, all from
+    the environment the operator gives it."""
+    key = endpoint_key(
+        os.environ["CRUCIBLE_TOKEN"],
+        int(os.environ["CRUCIBLE_RUN_ID"]),
+        int(os.environ["CRUCIBLE_ATTEMPT"]),
+    )
+    host = os.environ.get(POD_IP_ENV) or "127.0.0.1"
+    with Listener((host, 0), authkey=key) as listener:
+        path = write_endpoint(
+            Path(os.environ[ENDPOINTS_ENV]), int(os.environ[INDEX_ENV]), host, listener.address[1]
+        )
+        print(f"generator listening on {host}:{listener.address[1]} ({path})", flush=True)
+        while True:
+            try:
+                connection = listener.accept()
+            except (AuthenticationError, EOFError, OSError):
+                continue  # not this attempt's trainer: wait for it
+            with connection:
+                serve(connection)
+            return
 
 
 def serve(connection: Connection) -> None:
@@ -84,5 +121,5 @@ def _load(generator: Any, path: str, version: Any) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main_in_pod() if "--pod" in sys.argv[1:] else main()
     sys.exit(0)

@@ -32,6 +32,7 @@ from typing import Any
 
 from crucible.agents.buffer import Discard, Group, SampleBuffer
 from crucible.agents.generator import Generator, weights_snapshot
+from crucible.agents.generator_endpoints import Endpoint
 from crucible.agents.generator_pool import GeneratorPool, shares
 from crucible.agents.health import (
     FAILED_ENDS,
@@ -138,12 +139,15 @@ class OnlineRL:
         on_round: RoundHook | None = None,
         on_batch: BatchHook | None = None,
         exchange_dir: Path | None = None,
+        endpoints: Callable[[int], Endpoint] | None = None,
     ) -> None:
         """model: the policy, trained in place; the generator samples from a copy of it.
         source: the environment (`load_environment`). start: the starting policy's version,
         naming the checkpoint it was loaded from (version 0 of no checkpoint by default).
         exchange_dir: where the weights go to a generator in a process of its own (a
-        temporary directory by default). `close()` stops that process."""
+        temporary directory by default). `close()` stops that process. endpoints: with
+        `generator: pod`, generator i's endpoint (`generator_endpoints.wait_for_endpoint`);
+        exchange_dir must then be a directory the pods read too."""
         self.config = config
         self.source = source
         self.on_round = on_round
@@ -179,7 +183,7 @@ class OnlineRL:
         self._exchange: _Exchange | None = None
         sandbox = sandbox or Sandbox()
         self.generator: Generator | GeneratorPool
-        if config.generator == "process":
+        if config.generator in ("process", "pod"):
             self._exchange = _Exchange(exchange_dir)
             # Each process plays at most the largest share of a batch at once.
             largest_share = max(
@@ -200,8 +204,12 @@ class OnlineRL:
                 sandbox=sandbox,
                 directory=self._exchange.path,
             )
+            # Generator pods are found by their endpoints; without any (the local mode)
+            # they are processes of this one.
             self.generator = GeneratorPool(
-                lambda _: start_generator(),
+                lambda index: start_generator(
+                    endpoint=None if endpoints is None else endpoints(index)
+                ),
                 config.generators,
                 group_size=config.group_size,
                 directory=self._exchange.path,

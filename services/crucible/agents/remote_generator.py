@@ -4,10 +4,10 @@ episodes go over a socket (`multiprocessing.connection`, authenticated with a ke
 two processes hold).
 
 Why a process: the in-process generator shares the trainer's interpreter and so its GIL,
-and the engine's scheduling and the trainer's step take turns at it. A generator that
-needs nothing of the trainer but a directory both read and an address is also the shape a
-generator on another node has; running it in another pod is not done yet (docs/agents.md,
-"A generator in a process of its own").
+and the engine's scheduling and the trainer's step take turns at it. A generator needs
+nothing of the trainer but a directory both read and an address, so the same class talks
+to a generator pod (`generator: pod`): given its `Endpoint`, it connects instead of
+starting a process (docs/agents.md, "Generators in pods of their own").
 
 It has `Generator`'s interface (`version`, `generate`, `load_weights`) and `close`. The
 same weights, seeds and engine give the same records, bit for bit, as the generator in
@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from crucible.agents.generator import tensors_of
+from crucible.agents.generator_endpoints import Endpoint
 from crucible.agents.generator_process import KEY_ENV
 from crucible.agents.loading import EnvironmentSource
 from crucible.agents.policy import PolicyVersion
@@ -59,32 +60,41 @@ class RemoteGenerator:
         episode_config: EpisodeConfig,
         sandbox: Sandbox,
         directory: Path,
+        endpoint: Endpoint | None = None,
     ) -> None:
         """Start the process with a copy of `model` as it is now, which is policy
         `version`; `directory` holds the files the weights go through. The process runs its
-        tool calls in a sandbox of its own with `sandbox`'s limits."""
+        tool calls in a sandbox of its own with `sandbox`'s limits. With `endpoint`, the
+        generator is one started elsewhere (a generator pod) listening there, and
+        `directory` must be one it reads too."""
         self.version = version
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._latest: Path | None = None
-        key = secrets.token_bytes(32)
-        self._process = subprocess.Popen(  # our own interpreter and module
-            [sys.executable, "-m", "crucible.agents.generator_process"],
-            env={**os.environ, KEY_ENV: key.hex()},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self._stop = weakref.finalize(self, _kill, self._process)
-        assert self._process.stdout is not None
-        port = self._process.stdout.readline().strip()
-        if not port.isdigit():
-            self._process.wait(30)
-            raise GeneratorProcessError(
-                f"the generator process did not start (exit code {self._process.returncode})"
+        self._process: subprocess.Popen[str] | None = None
+        if endpoint is None:
+            key = secrets.token_bytes(32)
+            self._process = subprocess.Popen(  # our own interpreter and module
+                [sys.executable, "-m", "crucible.agents.generator_process"],
+                env={**os.environ, KEY_ENV: key.hex()},
+                stdout=subprocess.PIPE,
+                text=True,
             )
-        self._connection: Connection = Client(("127.0.0.1", int(port)), authkey=key)
-        # Named by the process: several generators may start from one directory.
-        model_path = directory / f"model-{self._process.pid}.pt"
+            self._stop = weakref.finalize(self, _kill, self._process)
+            assert self._process.stdout is not None
+            port = self._process.stdout.readline().strip()
+            if not port.isdigit():
+                self._process.wait(30)
+                raise GeneratorProcessError(
+                    f"the generator process did not start (exit code {self._process.returncode})"
+                )
+            endpoint = Endpoint("127.0.0.1", int(port), key)
+            self.where = "the generator process"
+        else:
+            self.where = f"the generator at {endpoint}"
+        self._connection: Connection = Client((endpoint.host, endpoint.port), authkey=endpoint.key)
+        # Named by the endpoint: several generators may start from one directory.
+        model_path = directory / f"model-{endpoint.host}-{endpoint.port}.pt"
         torch.save(model, model_path)
         device = next(iter(model.parameters())).device
         settings = {
@@ -129,15 +139,18 @@ class RemoteGenerator:
         self.version = version
 
     def close(self) -> None:
-        """Stop the process (waiting for it a little) and remove the weights' file."""
+        """Stop the generator (waiting for a process of ours a little) and remove the
+        weights' file."""
         try:
             self._connection.send(("stop",))
             self._connection.recv()
-            self._process.wait(30)
+            if self._process is not None:
+                self._process.wait(30)
         except (OSError, EOFError, subprocess.TimeoutExpired):
             pass
         self._connection.close()
-        self._stop()
+        if self._process is not None:
+            self._stop()
         if self._latest is not None:
             self._latest.unlink(missing_ok=True)
 
@@ -146,16 +159,14 @@ class RemoteGenerator:
             self._connection.send((request, *arguments))
             if timeout is not None and not self._connection.poll(timeout):
                 raise GeneratorProcessError(
-                    f"the generator process did not answer {request!r} in {timeout:.0f} s"
+                    f"{self.where} did not answer {request!r} in {timeout:.0f} s"
                 )
             status, answer = self._connection.recv()
         except (OSError, EOFError):
-            code = self._process.poll()
-            raise GeneratorProcessError(
-                f"the generator process is gone (exit code {code}) during {request!r}"
-            ) from None
+            code = "" if self._process is None else f" (exit code {self._process.poll()})"
+            raise GeneratorProcessError(f"{self.where} is gone{code} during {request!r}") from None
         if status == "error":
-            raise GeneratorProcessError(f"the generator process failed {request!r}:\n{answer}")
+            raise GeneratorProcessError(f"{self.where} failed {request!r}:\n{answer}")
         return answer
 
 

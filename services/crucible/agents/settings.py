@@ -61,7 +61,7 @@ class EpisodeConfig:
         )
 
 
-GENERATORS = ("thread", "process")
+GENERATORS = ("thread", "process", "pod")
 """Where online RL's generator may run (`OnlineRLConfig.generator`)."""
 
 DEFAULT_LOGPROB_TOLERANCE = 1e-3
@@ -139,10 +139,13 @@ class OnlineRLConfig:
     generator: str = "thread"
     """Where the generator runs: "thread", in the trainer's process (each new policy version
     copied in memory); "process", in a process of its own on the same device (each version
-    through a safetensors file, the requests over a local socket)."""
+    through a safetensors file, the requests over a local socket); "pod", in pods of their
+    own that the operator starts beside the trainer's on Kubernetes (the same files on the
+    run's shared volume, the requests over the pod network), and processes as for "process"
+    in the local mode."""
 
     generators: int = 1
-    """With `generator: process`, how many generator processes sample each batch: each
+    """With `generator: process` or `pod`, how many generators sample each batch: each
     plays a contiguous share of the batch's tasks (whole groups) at the same time, and an
     episode is the same whichever plays it (its seeds come from its place in the batch).
     Each has its own engine, holding `engine.num_blocks` blocks when given, else sized for
@@ -181,9 +184,9 @@ class OnlineRLConfig:
                 f"group_size) do not split into updates_per_round={self.updates_per_round} "
                 "equal updates"
             )
-        if self.generators > 1 and self.generator != "process":
+        if self.generators > 1 and self.generator == "thread":
             raise ValueError(
-                f"online RL generators={self.generators} needs generator: process (a "
+                f"online RL generators={self.generators} needs generator: process or pod (a "
                 f"generator in the trainer's process is one), got generator: {self.generator}"
             )
         if self.generators > self.groups_per_round:

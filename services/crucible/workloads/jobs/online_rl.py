@@ -22,6 +22,8 @@ progress, saves and exits 143.
 import json
 import logging
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,7 @@ from crucible.workloads.jobs.env import read_env
 from crucible.workloads.jobs.process import run_job, setup_torch
 
 if TYPE_CHECKING:
+    from crucible.agents.generator_endpoints import Endpoint
     from crucible.agents.health import RoundHealth
     from crucible.agents.online import OnlineRL
     from crucible.agents.policy import PolicyVersion
@@ -120,11 +123,36 @@ def online_rl() -> None:
         start=start,
         on_batch=lambda index, records: write_batch(trajectories, index, records),
         exchange_dir=run.outputs_dir / POLICY_WEIGHTS,
+        endpoints=generator_pods(job.rl.generator),
     )
     try:
         _rounds(run, job, online, every, meta, start, trajectories)
     finally:
         online.close()
+
+
+def generator_pods(generator: str) -> Callable[[int], "Endpoint"] | None:
+    """With `generator: pod` on Kubernetes, where generator i listens (the operator's
+    generator pods write it to the directory it names in CRUCIBLE_GENERATOR_ENDPOINTS);
+    None otherwise, and in the local mode the generators are processes of this one."""
+    from crucible.agents.generator_endpoints import (
+        ENDPOINTS_ENV,
+        endpoint_key,
+        wait_for_endpoint,
+    )
+    from crucible.agents.remote_generator import START_TIMEOUT_S
+
+    directory = os.environ.get(ENDPOINTS_ENV)
+    if generator != "pod" or not directory:
+        if generator == "pod":
+            log.info("generator: pod without generator pods (local mode): processes instead")
+        return None
+    key = endpoint_key(
+        os.environ["CRUCIBLE_TOKEN"],
+        int(os.environ["CRUCIBLE_RUN_ID"]),
+        int(os.environ["CRUCIBLE_ATTEMPT"]),
+    )
+    return partial(wait_for_endpoint, Path(directory), key=key, timeout=START_TIMEOUT_S)
 
 
 def _rounds(
