@@ -64,6 +64,7 @@ def test_a_sweep_runs_its_trials_as_runs_and_asha_stops_the_slow_learner(tmp_pat
             assert trials[1]["stopped"] in swept.stdout
             assert trials[1]["last_step"] < 1500
             assert result["best"] == 0
+            assert f"{server.url}/#/compare?runs=" in swept.stdout
 
             runs = {
                 int(r.tags["sweep.trial"]): r

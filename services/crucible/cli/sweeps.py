@@ -1,7 +1,8 @@
 """`crucible sweeps run FILE`: a sweep driven from this terminal through the API, so on
 either backend: each trial is a TrainingRun submitted like `crucible submit`'s, tagged
 with its sweep, its number and its point; ASHA's stops cancel the run and are printed
-with the reason; at the end a table of the trials and the best one.
+with the reason; at the end a table of the trials, the best one, and a link to the
+dashboard's comparison of them (their curves on shared charts, their configs' differences).
 
 The trials are found again by their tags, so running the same file again after the
 terminal closed goes on with the sweep instead of starting it over (ASHA is given the
@@ -26,7 +27,7 @@ from crucible.client import CrucibleClient, provenance
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.errors import CrucibleError
 from crucible.schemas.runs import RunPublic, RunSubmit
-from crucible.settings import DEFAULT_PROJECT
+from crucible.settings import DEFAULT_PROJECT, load_settings
 from crucible.sweeps.controller import SweepController, TrialState
 from crucible.sweeps.plan import SweepPlan, parse_plan
 from crucible.sweeps.space import SearchSpaceError, apply, check_point
@@ -195,6 +196,11 @@ def sweeps_run(
             f"best: trial {best.number} (run {rows[best.number]['run']}), "
             f"{plan.metric} {best.value:.6g}"
         )
+    ids = ",".join(str(row["run"]) for row in rows)
+    console.print(
+        f"the trials side by side: {load_settings().api_url.rstrip('/')}/#/compare?runs={ids}",
+        soft_wrap=True,
+    )
     if summary is not None:
         payload = {
             "sweep": sweep.name,
