@@ -24,6 +24,7 @@ import yaml
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.output import console, table
 from crucible.client import CrucibleClient, provenance
+from crucible.domain import resources
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.errors import CrucibleError
 from crucible.schemas.runs import RunPublic, RunSubmit
@@ -80,7 +81,7 @@ def trial_request(sweep: SweepFile, number: int, *, project: str, backend: Backe
     spec = copy.deepcopy(sweep.run_spec)
     spec["config"] = apply(spec.get("config") or {}, point)
     manifest = {
-        "apiVersion": "crucible.dev/v1alpha1",
+        "apiVersion": resources.API_VERSION,
         "kind": "TrainingRun",
         "metadata": {"name": f"{sweep.name}-{number:03d}"},
         "spec": spec,
