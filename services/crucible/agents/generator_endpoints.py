@@ -44,6 +44,16 @@ def endpoint_key(token: str, run_id: int, attempt: int) -> bytes:
     return hmac.new(token.encode(), message, hashlib.sha256).digest()
 
 
+def endpoint_key_from_env() -> bytes:
+    """This attempt's key, from the token, run id and attempt the operator gives every pod
+    of the run (trainer and generators alike)."""
+    return endpoint_key(
+        os.environ["CRUCIBLE_TOKEN"],
+        int(os.environ["CRUCIBLE_RUN_ID"]),
+        int(os.environ["CRUCIBLE_ATTEMPT"]),
+    )
+
+
 def write_endpoint(directory: Path, index: int, host: str, port: int) -> Path:
     """Generator `index`'s address, renamed into place whole."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from crucible.agents.generator_endpoints import (
     ENDPOINTS_ENV,
     INDEX_ENV,
     POD_IP_ENV,
-    endpoint_key,
+    endpoint_key_from_env,
     write_endpoint,
 )
 
@@ -43,11 +43,7 @@ def main() -> None:
 def main_in_pod() -> None:
     """A generator pod: the run's token, id and attempt, its index and address, all from
     the environment the operator gives it."""
-    key = endpoint_key(
-        os.environ["CRUCIBLE_TOKEN"],
-        int(os.environ["CRUCIBLE_RUN_ID"]),
-        int(os.environ["CRUCIBLE_ATTEMPT"]),
-    )
+    key = endpoint_key_from_env()
     host = os.environ.get(POD_IP_ENV) or "127.0.0.1"
     with Listener((host, 0), authkey=key) as listener:
         path = write_endpoint(

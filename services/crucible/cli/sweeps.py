@@ -113,11 +113,11 @@ def metric_points(api: CrucibleClient, run_id: int, key: str) -> list[tuple[int,
 
 
 def trial_state(api: CrucibleClient, run: RunPublic, metric: str) -> TrialState:
-    fresh = api.get_run(run.id)
+    """`run` as listed on this look (its phase is as fresh as its points)."""
     return TrialState(
         number=int(run.tags[TRIAL_TAG]),
         run_id=run.id,
-        ended=Phase(fresh.phase).is_terminal,
+        ended=Phase(run.phase).is_terminal,
         points=metric_points(api, run.id, metric),
     )
 
@@ -166,7 +166,7 @@ def sweeps_run(
                 {
                     "trial": trial.number,
                     "run": run.id,
-                    "phase": str(api.get_run(run.id).phase),
+                    "phase": str(run.phase),
                     "point": plan.point(trial.number),
                     "last_step": last[0] if last else None,
                     plan.metric: last[1] if last else None,

@@ -137,7 +137,7 @@ def generator_pods(generator: str) -> Callable[[int], "Endpoint"] | None:
     None otherwise, and in the local mode the generators are processes of this one."""
     from crucible.agents.generator_endpoints import (
         ENDPOINTS_ENV,
-        endpoint_key,
+        endpoint_key_from_env,
         wait_for_endpoint,
     )
     from crucible.agents.remote_generator import START_TIMEOUT_S
@@ -147,11 +147,7 @@ def generator_pods(generator: str) -> Callable[[int], "Endpoint"] | None:
         if generator == "pod":
             log.info("generator: pod without generator pods (local mode): processes instead")
         return None
-    key = endpoint_key(
-        os.environ["CRUCIBLE_TOKEN"],
-        int(os.environ["CRUCIBLE_RUN_ID"]),
-        int(os.environ["CRUCIBLE_ATTEMPT"]),
-    )
+    key = endpoint_key_from_env()
     return partial(wait_for_endpoint, Path(directory), key=key, timeout=START_TIMEOUT_S)
 
 
