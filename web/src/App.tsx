@@ -1,5 +1,6 @@
 import { useQueryClient } from '@tanstack/react-query';
-import { lazy, Suspense, useEffect } from 'react';
+import { lazy, Suspense, useEffect, useReducer } from 'react';
+import { flushSync } from 'react-dom';
 
 import { clearToken, getToken } from './auth';
 import { Loading } from './components/states';
@@ -23,6 +24,8 @@ export function App() {
   const route = parseRoute(useHash());
   const signedIn = getToken() !== null;
   const queryClient = useQueryClient();
+  // A new value each sign-out, so the re-render it asks for is never skipped as unchanged.
+  const [, rerender] = useReducer((count: number) => count + 1, 0);
 
   useEffect(() => {
     if (!signedIn && route.page !== 'signin') navigate(href.signIn());
@@ -32,6 +35,9 @@ export function App() {
 
   function signOut() {
     clearToken();
+    // Unmount the open page before emptying the cache: a page still mounted when its queries
+    // vanish fetches them again, now without a token, and each answers 401.
+    flushSync(rerender);
     queryClient.clear();
     navigate(href.signIn());
   }
