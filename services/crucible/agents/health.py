@@ -37,6 +37,18 @@ class TooManyFailedEpisodes(RuntimeError):
 
 
 @dataclass(frozen=True)
+class GeneratorNote:
+    """Something a pool of generators did about one of them, with why
+    (`agents/generator_pool.py`)."""
+
+    kind: str
+    """`behind` (its share shrinks) or `dropped` (it is out of the pool)."""
+
+    generator: int
+    detail: str
+
+
+@dataclass(frozen=True)
 class RoundHealth:
     """One round of online RL. Times are wall-clock seconds of this round; counts are of
     this round only."""
@@ -96,6 +108,14 @@ class RoundHealth:
     trained_groups: tuple[str, ...] = field(default=())
     """Ids of the groups trained on, in order."""
 
+    generators: int | None = None
+    """Generators left in the pool at the round's end; None for one in the trainer's
+    process."""
+
+    generator_notes: tuple[GeneratorNote, ...] = field(default=())
+    """What the pool noted since the round before: a generator behind the others, one
+    dropped, each with why."""
+
     def metrics(self) -> dict[str, float]:
         """The numbers as one flat mapping, for a metrics log (`run.log(..., step=round)`);
         what a round did not measure is left out."""
@@ -113,6 +133,11 @@ class RoundHealth:
             "episodes_failed": sum(self.episodes_failed.values()),
             "discarded_stale": self.discarded.get("stale", 0),
         }
+        if self.generators is not None:
+            values["generators"] = self.generators
+            for kind in ("behind", "dropped"):
+                notes = [n for n in self.generator_notes if n.kind == kind]
+                values[f"generators_{kind}"] = len(notes)
         values |= {f"episodes_failed/{k}": v for k, v in self.episodes_failed.items()}
         values |= {f"discarded/{k}": v for k, v in self.discarded.items()}
         optional = {

@@ -213,6 +213,7 @@ class OnlineRL:
                 config.generators,
                 group_size=config.group_size,
                 directory=self._exchange.path,
+                timeout_s=config.generator_timeout_s,
             )
         else:
             self.generator = Generator(
@@ -396,6 +397,7 @@ class OnlineRL:
     def _health(self, tally: _Tally, wall_s: float) -> RoundHealth:
         discarded = Counter(self.buffer.discarded)
         discarded.subtract(tally.discarded_before)
+        pool = self.generator if isinstance(self.generator, GeneratorPool) else None
         return RoundHealth(
             round=self.round,
             version=self.version.update,
@@ -417,6 +419,10 @@ class OnlineRL:
             grad_norm=_mean(tally.grad_norms),
             first_update=tally.first_update,
             trained_groups=tuple(tally.groups),
+            # What the pool noted since the last round: about this round's batch, or one
+            # sampled ahead (a generator behind or dropped while the trainer trained).
+            generators=None if pool is None else len(pool.live),
+            generator_notes=() if pool is None else tuple(pool.take_notes()),
         )
 
     def state_dict(self) -> dict[str, Any]:

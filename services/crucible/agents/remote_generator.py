@@ -48,6 +48,10 @@ class GeneratorProcessError(RuntimeError):
     """The generator process failed a request, or is gone."""
 
 
+class GeneratorUnavailable(GeneratorProcessError):
+    """The generator is gone, or did not answer in time: another may play its share."""
+
+
 class RemoteGenerator:
     def __init__(
         self,
@@ -111,11 +115,18 @@ class RemoteGenerator:
         model_path.unlink()
 
     def generate(
-        self, tasks: Sequence[dict[str, Any]], *, seed: int, first_index: int = 0
+        self,
+        tasks: Sequence[dict[str, Any]],
+        *,
+        seed: int,
+        first_index: int = 0,
+        timeout: float | None = None,
     ) -> list[EpisodeRecord]:
         """One episode per task, each stamped with the version of the weights it ran on;
-        numbered from `first_index`."""
-        records: list[EpisodeRecord] = self._call("generate", list(tasks), seed, first_index)
+        numbered from `first_index`. `GeneratorUnavailable` past `timeout` seconds."""
+        records: list[EpisodeRecord] = self._call(
+            "generate", list(tasks), seed, first_index, timeout=timeout
+        )
         return records
 
     def load_weights(
@@ -132,10 +143,12 @@ class RemoteGenerator:
         self._latest = path
         return time.perf_counter() - started
 
-    def load_file(self, path: Path, version: PolicyVersion) -> None:
+    def load_file(
+        self, path: Path, version: PolicyVersion, *, timeout: float | None = None
+    ) -> None:
         """Have the process load policy `version` from `path` (`write_weights`'s file),
         which the caller keeps and removes."""
-        self._call("load", str(path), version)
+        self._call("load", str(path), version, timeout=timeout)
         self.version = version
 
     def close(self) -> None:
@@ -154,17 +167,24 @@ class RemoteGenerator:
         if self._latest is not None:
             self._latest.unlink(missing_ok=True)
 
+    def abandon(self) -> None:
+        """Let go of a generator that stopped answering, without waiting for it: the
+        connection closed (a generator pod then ends), a process of ours killed."""
+        self._connection.close()
+        if self._process is not None:
+            self._stop()
+
     def _call(self, request: str, *arguments: Any, timeout: float | None = None) -> Any:
         try:
             self._connection.send((request, *arguments))
             if timeout is not None and not self._connection.poll(timeout):
-                raise GeneratorProcessError(
-                    f"{self.where} did not answer {request!r} in {timeout:.0f} s"
+                raise GeneratorUnavailable(
+                    f"{self.where} did not answer {request!r} in {timeout:g} s"
                 )
             status, answer = self._connection.recv()
         except (OSError, EOFError):
             code = "" if self._process is None else f" (exit code {self._process.poll()})"
-            raise GeneratorProcessError(f"{self.where} is gone{code} during {request!r}") from None
+            raise GeneratorUnavailable(f"{self.where} is gone{code} during {request!r}") from None
         if status == "error":
             raise GeneratorProcessError(f"{self.where} failed {request!r}:\n{answer}")
         return answer

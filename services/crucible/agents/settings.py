@@ -149,7 +149,13 @@ class OnlineRLConfig:
     plays a contiguous share of the batch's tasks (whole groups) at the same time, and an
     episode is the same whichever plays it (its seeds come from its place in the batch).
     Each has its own engine, holding `engine.num_blocks` blocks when given, else sized for
-    its share of the episodes."""
+    its share of the episodes. One that falls behind the others gets smaller shares
+    (`agents/generator_pool.py`)."""
+
+    generator_timeout_s: float = 600.0
+    """With `generator: process` or `pod`: a generator that has not answered its share of a
+    batch, or a weight update, in this many seconds is dropped, its share played by the
+    others; the run fails when none is left. Give more than a share takes."""
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -204,6 +210,11 @@ class OnlineRLConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value >= 0 or math.isinf(value):
                 raise ValueError(f"online RL {name} must be a finite number >= 0, got {value!r}")
+        timeout = self.generator_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(
+                f"online RL generator_timeout_s must be a number of seconds > 0, got {timeout!r}"
+            )
         if not self.logprob_tolerance > 0:
             raise ValueError(
                 f"online RL logprob_tolerance must be > 0 (math.inf: no check), got "

@@ -81,6 +81,15 @@ function RlTotals({ summary }: { summary: RlSummary }) {
           </dd>
         </>
       )}
+      {counts.generatorsBehind !== undefined && (
+        <>
+          <dt>Generators</dt>
+          <dd>
+            {count(counts.generatorsBehind)} shares behind the others · {count(counts.generatorsDropped)} dropped{' '}
+            <span className="muted">the run&apos;s log says which and why</span>
+          </dd>
+        </>
+      )}
       {Number.isFinite(agreementStep) && (
         <>
           <dt>Trainer vs generator</dt>

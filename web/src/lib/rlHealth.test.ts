@@ -29,6 +29,7 @@ describe('summarizeRl', () => {
       series('rl/generate_s', [[1, 1], [2, 3]]),
       series('rl/samples_accepted', [[1, 8], [2, 6]]),
       series('rl/discarded_stale', [[1, 0], [2, 2]]),
+      series('rl/generators_behind', [[1, 1], [2, 1]]),
       series('rl/kl', [[1, 0], [2, 0.01]]),
     ]);
     expect(summary?.rounds).toEqual([
@@ -37,7 +38,7 @@ describe('summarizeRl', () => {
     ]);
     expect(summary?.totals).toEqual({ wall: 10, idle: 4, train: 4.5, generate: 4 });
     expect(summary?.idleShare).toBeCloseTo(0.4);
-    expect(summary?.counts).toEqual({ samplesAccepted: 14, discardedStale: 2 });
+    expect(summary?.counts).toEqual({ samplesAccepted: 14, discardedStale: 2, generatorsBehind: 2 });
     expect(summary?.latest).toEqual({ kl: { step: 2, value: 0.01 } });
   });
 

@@ -16,6 +16,9 @@ const COUNT_KEYS = {
   samplesAccepted: 'rl/samples_accepted',
   samplesTrained: 'rl/samples_trained',
   discardedStale: 'rl/discarded_stale',
+  // Logged only with a pool of generators (`generator: process` or `pod`).
+  generatorsBehind: 'rl/generators_behind',
+  generatorsDropped: 'rl/generators_dropped',
 } as const;
 const AGREEMENT_KEYS = {
   kl: 'rl/kl',

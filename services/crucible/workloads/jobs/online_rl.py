@@ -186,6 +186,8 @@ def _rounds(
             health.train_s,
             health.idle_s,
         )
+        for note in health.generator_notes:
+            log.warning("round %d: %s", done, note.detail)
         stopping = run.preempted
         if stopping or done % every == 0 or done == job.rounds:
             version = online.version.to_record()
