@@ -21,6 +21,7 @@ from crucible.api.routes import (
     projects,
     runs,
     signin,
+    sweeps,
 )
 from crucible.api.web import mount_dashboard
 from crucible.db import schema
@@ -63,6 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
         dashboard,
         cluster,
         deployments,
+        sweeps,
         mlflow,
     ):
         app.include_router(module.router)

@@ -12,6 +12,7 @@ CONDITION_SUCCEEDED = "Succeeded"
 # Reasons a run or attempt ended or is waiting
 REASON_COMPLETED = "Completed"
 REASON_CANCELLED_BY_USER = "CancelledByUser"
+REASON_STOPPED_BY_SWEEP = "StoppedBySweep"  # early stopping (ASHA) judged the trial
 REASON_PREEMPTED = "Preempted"
 REASON_EVICTED = "Evicted"
 REASON_NODE_LOST = "NodeLost"

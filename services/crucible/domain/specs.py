@@ -553,6 +553,62 @@ class ServedModelManifest(_Manifest):
     spec: ServedModelSpec
 
 
+class SweepMetric(SpecModel):
+    name: Annotated[
+        str, Field(min_length=1, max_length=200, description="A metric key the trials log.")
+    ]
+    goal: Annotated[Literal["maximize", "minimize"], Field(description="Which way is better.")]
+
+
+class SweepBudget(SpecModel):
+    trials: Annotated[int, Field(ge=1, le=1000, description="Trials in all.")]
+    concurrency: Annotated[int, Field(ge=1, le=1000, description="Trials running at once.")] = 1
+
+
+class EarlyStopping(SpecModel):
+    """ASHA: rungs at minSteps * reductionFactor^k steps below maxSteps."""
+
+    min_steps: Annotated[int, Field(ge=1, le=MAX_INT32, description="The first rung.")]
+    max_steps: Annotated[int, Field(ge=2, le=MAX_INT32, description="The trials' last step.")]
+    reduction_factor: Annotated[
+        int, Field(ge=2, le=100, description="1/reductionFactor of a rung's trials go on.")
+    ] = 3
+
+
+class SweepSpec(SpecModel):
+    """A sweep: trials that are copies of `run`, each with a point of `parameters` applied
+    to its config (docs/sweeps.md)."""
+
+    method: Annotated[
+        Literal["grid", "random"], Field(description="How the trials' points are picked.")
+    ] = "random"
+    metric: Annotated[SweepMetric, Field(description="What the best trial is best at.")]
+    budget: Annotated[SweepBudget, Field(description="How many trials, how many at once.")]
+    early_stopping: Annotated[
+        EarlyStopping | None, Field(description="ASHA on the metric; default: none.")
+    ] = None
+    seed: Annotated[int, Field(ge=0, le=MAX_INT64, description="Seeds random points.")] = 0
+    parameters: Annotated[
+        dict[str, JsonObject],
+        Field(
+            min_length=1,
+            description="Config path -> {values: [...]} or {min, max, log}.",
+        ),
+    ]
+    run: Annotated[TrainingRunSpec, Field(description="The spec every trial copies.")]
+
+    def plan_settings(self) -> dict[str, Any]:
+        """Everything but `run`, keyed as `sweeps.plan.parse_plan` reads it."""
+        return self.model_dump(mode="json", exclude={"run"}, exclude_none=True)
+
+
+class SweepManifest(_Manifest):
+    """Not a run: the control plane starts its trials as runs."""
+
+    kind: Literal["Sweep"]
+    spec: SweepSpec
+
+
 Manifest = Annotated[
     TrainingRunManifest | RolloutJobManifest | EvalJobManifest, Field(discriminator="kind")
 ]

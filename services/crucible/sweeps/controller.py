@@ -1,7 +1,8 @@
 """One sweep's decisions from the state of its trials: which trials to start, which to stop
-and why, and whether the sweep is over. It calls nothing: whoever runs the sweep (today
-the CLI's loop, `crucible sweeps run`, docs/sweeps.md) reads the trials' runs and metric
-points, asks `decide`, and starts and cancels runs as it answers.
+and why, and whether the sweep is over. It calls nothing: whoever runs the sweep (the
+workers' tick, `core/sweep_controller.py`) reads the trials' runs and metric points, asks
+`decide`, and starts and cancels runs as it answers; between looks it keeps
+`state_dict()`, and a controller loaded from it goes on as this one would.
 
 Every metric point of every trial goes to ASHA once, in step order, ended trials' too
 (their values fill the rungs later trials are judged at); only a trial still running can
@@ -11,6 +12,7 @@ as running, so its place goes to the next trial at once.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from crucible.sweeps.plan import SweepPlan, TrialResult
 
@@ -76,6 +78,25 @@ class SweepController:
             )
             for t in trials
         ]
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON: ASHA's rungs, the trials stopped and why, the last step seen of each."""
+        return {
+            "asha": None if self.asha is None else self.asha.state_dict(),
+            "stopped": {str(n): reason for n, reason in self.stopped.items()},
+            "reported": {str(n): step for n, step in self._reported.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.asha is not None and state.get("asha") is not None:
+            self.asha.load_state_dict(state["asha"])
+        self.stopped = {int(n): str(reason) for n, reason in state.get("stopped", {}).items()}
+        self._reported = {int(n): int(step) for n, step in state.get("reported", {}).items()}
+
+    def last_step_seen(self, number: int) -> int:
+        """The last step of trial `number` given to ASHA (-1: none), so that a caller may
+        read only the points after it."""
+        return self._reported.get(number, -1)
 
     def _report(self, trial: TrialState) -> Stop | None:
         """The trial's new points to ASHA; the stop, when it is running and stopped now."""

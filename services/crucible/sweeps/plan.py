@@ -21,7 +21,7 @@ from typing import Any
 
 from crucible.sweeps.asha import Asha
 from crucible.sweeps.samplers import grid, random_point
-from crucible.sweeps.space import Parameter, Point, SearchSpaceError, parse_space
+from crucible.sweeps.space import Parameter, Point, SearchSpaceError, check_point, parse_space
 
 METHODS = ("grid", "random")
 GOALS = ("maximize", "minimize")
@@ -80,6 +80,16 @@ class SweepPlan:
             if r.value is not None and math.isfinite(r.value)
         ]
         return min(scored)[2] if scored else None
+
+
+def checked_plan(spec: Mapping[str, Any], run_config: Mapping[str, Any]) -> SweepPlan:
+    """The plan of a sweep's settings `spec`, with every trial's point applied to the base
+    run's config as the job will check it: a SearchSpaceError names the first bad path or
+    value, before any trial runs."""
+    plan = parse_plan(spec)
+    for number in range(plan.trials):
+        check_point(run_config, plan.point(number))
+    return plan
 
 
 def parse_plan(spec: Mapping[str, Any]) -> SweepPlan:

@@ -62,6 +62,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
             "expire-silent-attempts": _tick("crucible.expire_silent_attempts", 10.0),
             "retire-checkpoints": _tick("crucible.retire_checkpoints", 30.0),
             "repair-drift": _tick("crucible.repair_drift", 30.0),
+            "advance-sweeps": _tick("crucible.advance_sweeps", 5.0),
         },
     )
     _register_tasks(app, settings)
@@ -104,6 +105,10 @@ def _register_tasks(app: Celery, settings: Settings) -> None:
     @app.task(name="crucible.retire_checkpoints")  # type: ignore[untyped-decorator]
     def retire_checkpoints() -> int:
         return sweeps.retire_checkpoints(factory())
+
+    @app.task(name="crucible.advance_sweeps")  # type: ignore[untyped-decorator]
+    def advance_sweeps() -> int:
+        return sweeps.advance_sweeps(factory())
 
     @app.task(name="crucible.repair_drift")  # type: ignore[untyped-decorator]
     def repair_drift() -> list[int]:

@@ -16,6 +16,7 @@ from crucible.workers.handlers import handle_message
 from crucible.workers.relay import unhandled_ids
 from crucible.workers.sweeps import (
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    advance_sweeps,
     expire_silent_attempts,
     promote_recovering,
     retire_checkpoints,
@@ -33,11 +34,14 @@ class InProcessWorkers:
         *,
         heartbeat_timeout_seconds: float = DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
         watchdog_every_seconds: float = 10.0,
+        sweeps_every_seconds: float = 2.0,
     ) -> None:
         self._factory = factory
         self._heartbeat_timeout = heartbeat_timeout_seconds
         self._watchdog_every = watchdog_every_seconds
         self._next_watchdog = 0.0
+        self._sweeps_every = sweeps_every_seconds
+        self._next_sweeps = 0.0
         # message id -> (failures so far, monotonic time before which it is not retried)
         self._failing: dict[int, tuple[int, float]] = {}
 
@@ -54,6 +58,9 @@ class InProcessWorkers:
             self._handle(message_id)
         promote_recovering(self._factory)
         now = time.monotonic()
+        if now >= self._next_sweeps:
+            self._next_sweeps = now + self._sweeps_every
+            advance_sweeps(self._factory)
         if now >= self._next_watchdog:
             self._next_watchdog = now + self._watchdog_every
             expire_silent_attempts(self._factory, self._heartbeat_timeout)

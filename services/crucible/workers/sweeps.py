@@ -1,5 +1,6 @@
 """The periodic work: start the next attempt of runs whose backoff is over, treat attempts
-that stopped sending heartbeats as hung, and apply checkpoint retention."""
+that stopped sending heartbeats as hung, apply checkpoint retention, and advance the
+hyperparameter sweeps (`core/sweep_controller.py`)."""
 
 import logging
 import shutil
@@ -9,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from crucible.artifacts import remote, storage
-from crucible.core import recovery, retention, runs, transitions, watchdog
+from crucible.core import recovery, retention, runs, sweep_controller, transitions, watchdog
 from crucible.db.engine import transaction
 from crucible.db.tables import Run
 from crucible.domain import reasons
@@ -29,6 +30,20 @@ def promote_recovering(factory: sessionmaker[Session]) -> list[int]:
     with transaction(factory) as session:
         recovery.decide_stranded(session)
         return recovery.promote_due(session)
+
+
+def advance_sweeps(factory: sessionmaker[Session]) -> int:
+    """One look at every running sweep, each in its own transaction, so one whose look
+    fails (logged) does not hold the others back; returns how many were looked at."""
+    with transaction(factory) as session:
+        sweep_ids = sweep_controller.running_sweep_ids(session)
+    for sweep_id in sweep_ids:
+        try:
+            with transaction(factory) as session:
+                sweep_controller.advance_sweep(session, sweep_id)
+        except Exception:
+            log.exception("sweep %d: the controller's look failed; next tick tries again", sweep_id)
+    return len(sweep_ids)
 
 
 def expire_silent_attempts(

@@ -16,6 +16,7 @@ from crucible.db.tables.mlflow import LoggedModel
 from crucible.db.tables.plumbing import IdempotencyRecord, OutboxMessage
 from crucible.db.tables.runs import Attempt, Run, RunEvent
 from crucible.db.tables.serving import Deployment
+from crucible.db.tables.sweeps import Sweep, SweepTrial
 from crucible.db.tables.tenancy import ApiToken, Experiment, Project
 
 __all__ = [
@@ -41,4 +42,6 @@ __all__ = [
     "RunEvent",
     "RunInput",
     "RunPod",
+    "Sweep",
+    "SweepTrial",
 ]

@@ -1,0 +1,149 @@
+"""The sweeps' controller, a tick of the workers (`workers/sweeps.py`, every few seconds):
+for each running sweep, the trials' new metric points go to its `SweepController`, and
+what it answers is done in the same transaction: the trials it stops are cancelled with
+ASHA's reason, the ones it starts are submitted as runs (on the sweep's backend, with its
+code), and a sweep whose budget has run ends with its best trial. The controller's state
+(ASHA's rungs, the last step seen of each trial) is saved on the sweep, so a worker that
+restarts, or another that takes the next tick, decides as this one would have.
+
+A trial that cannot be submitted (a run of its name already there with another spec) fails
+the sweep with the reason, its running trials cancelled.
+"""
+
+import logging
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from crucible.core.access import SYSTEM
+from crucible.core.metrics.history import history
+from crucible.core.runs import submit_run
+from crucible.core.sweeps import cancel_trials, end_sweep
+from crucible.core.transitions import move_run
+from crucible.db.tables import MetricSeries, Project, Run, Sweep, SweepTrial
+from crucible.domain import reasons
+from crucible.domain.enums import Backend, Phase
+from crucible.domain.errors import CrucibleError
+from crucible.domain.specs import SweepManifest
+from crucible.schemas.provenance import CodeSource
+from crucible.schemas.runs import RunSubmit
+from crucible.sweeps.controller import SweepController, TrialState
+from crucible.sweeps.plan import TrialResult, parse_plan
+from crucible.sweeps.trials import trial_manifest, trial_tags
+
+log = logging.getLogger(__name__)
+
+
+def running_sweep_ids(session: Session) -> list[int]:
+    return list(session.scalars(select(Sweep.id).where(Sweep.phase == Phase.Running.value)))
+
+
+def advance_sweep(session: Session, sweep_id: int) -> None:
+    """One look at the sweep: stop, start, or end it. Skips a sweep another worker holds."""
+    sweep = session.scalar(
+        select(Sweep).where(Sweep.id == sweep_id).with_for_update(skip_locked=True)
+    )
+    if sweep is None or sweep.phase != Phase.Running.value:
+        return
+    manifest = SweepManifest.model_validate(sweep.manifest)
+    plan = parse_plan(manifest.spec.plan_settings())
+    controller = SweepController(plan)
+    controller.load_state_dict(sweep.state)
+    trials = session.execute(
+        select(SweepTrial, Run)
+        .join(Run, Run.id == SweepTrial.run_id)
+        .where(SweepTrial.sweep_id == sweep.id)
+        .order_by(SweepTrial.number)
+    ).all()
+    states = [
+        TrialState(
+            number=trial.number,
+            run_id=run.id,
+            ended=Phase(run.phase).is_terminal,
+            points=_new_points(
+                session, run.id, plan.metric, after=controller.last_step_seen(trial.number)
+            ),
+        )
+        for trial, run in trials
+    ]
+    actions = controller.decide(states)
+    by_number = {trial.number: (trial, run) for trial, run in trials}
+    for stop in actions.stop:
+        trial, run = by_number[stop.number]
+        trial.stopped_reason = stop.reason
+        if not Phase(run.phase).is_terminal:
+            move_run(session, run, Phase.Cancelled, reasons.REASON_STOPPED_BY_SWEEP, stop.reason)
+    for number in actions.start:
+        try:
+            _start_trial(session, sweep, manifest, number, plan.point(number))
+        except (CrucibleError, ValueError) as error:
+            message = f"trial {number} could not be submitted: {error}"
+            cancel_trials(session, sweep, f"sweep {sweep.name} failed: {message}")
+            end_sweep(sweep, Phase.Failed, message)
+            break
+    if actions.finished:
+        _finish(session, sweep, controller, [t for t, _ in trials])
+    sweep.state = controller.state_dict()
+
+
+def _new_points(
+    session: Session, run_id: int, metric: str, *, after: int
+) -> list[tuple[int, float]]:
+    found = history(
+        session=session, principal=SYSTEM, run_id=run_id, keys=[metric], step_min=after + 1
+    ).series
+    if not found:
+        return []
+    return list(zip(found[0].steps, found[0].values, strict=True))
+
+
+def _start_trial(
+    session: Session, sweep: Sweep, manifest: SweepManifest, number: int, point: dict[str, object]
+) -> None:
+    run_spec = manifest.spec.run.model_dump(mode="json", by_alias=True, exclude_none=True)
+    request = RunSubmit.model_validate(
+        {
+            "project": _project_name(session, sweep),
+            "manifest": trial_manifest(sweep.name, run_spec, number, point),
+            "backend": Backend(sweep.backend),
+            "tags": trial_tags(sweep.name, number, point),
+            "code": None if sweep.code is None else CodeSource.model_validate(sweep.code),
+        }
+    )
+    run = submit_run(session=session, principal=SYSTEM, run_in=request)
+    session.add(SweepTrial(sweep_id=sweep.id, number=number, run_id=run.id))
+    session.flush()
+    log.info("sweep %d (%s): trial %d started as run %d", sweep.id, sweep.name, number, run.id)
+
+
+def _finish(
+    session: Session, sweep: Sweep, controller: SweepController, trials: list[SweepTrial]
+) -> None:
+    """The best trial by the metric's last value; a trial the sweep stopped is not a
+    candidate (its last value is of fewer steps than the others')."""
+    plan = controller.plan
+    last = dict(
+        session.execute(
+            select(SweepTrial.number, MetricSeries.last_value)
+            .join(MetricSeries, MetricSeries.run_id == SweepTrial.run_id)
+            .where(SweepTrial.sweep_id == sweep.id, MetricSeries.key == plan.metric)
+        ).all()
+    )
+    results = [
+        TrialResult(t.number, None if t.number in controller.stopped else last.get(t.number))
+        for t in trials
+    ]
+    best = plan.best(results)
+    if best is None:
+        end_sweep(sweep, Phase.Failed, f"no trial ran to its end logging {plan.metric}")
+        return
+    sweep.best_trial = best.number
+    run_id = next(t.run_id for t in trials if t.number == best.number)
+    message = f"best: trial {best.number} (run {run_id}), {plan.metric} {best.value:.6g}"
+    end_sweep(sweep, Phase.Succeeded, message)
+
+
+def _project_name(session: Session, sweep: Sweep) -> str:
+    project = session.get(Project, sweep.project_id)
+    assert project is not None
+    return project.name
