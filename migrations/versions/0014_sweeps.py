@@ -64,6 +64,7 @@ def upgrade() -> None:
         sa.Column("sweep_id", _big_id(), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("run_id", _big_id(), nullable=False),
+        sa.Column("point", json, nullable=False),
         sa.Column("stopped_reason", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(
             ["sweep_id"],

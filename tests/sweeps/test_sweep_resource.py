@@ -11,6 +11,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crucible.db.engine import build_session_factory
+from crucible.domain.specs import SweepManifest
+from crucible.sweeps.plan import parse_plan
+from crucible.sweeps.tpe import tpe_point
 from crucible.workers.sweeps import advance_sweeps
 from tests.conftest import bearer, make_project, make_token
 
@@ -173,3 +176,30 @@ def test_another_projects_sweep_is_not_found_and_a_viewer_cannot_cancel(
     refused = viewer.post(f"/api/v1/sweeps/{created['id']}/cancel")
     assert refused.status_code == 403
     assert "cannot do this; it needs editor" in refused.text
+
+
+def test_a_tpe_trial_is_drawn_from_the_trials_finished_when_it_starts_and_kept(
+    app: FastAPI, admin: TestClient
+) -> None:
+    make_project(admin)
+    ranged = {"config.train.lr": {"min": 1.0e-5, "max": 1.0e-1, "log": True}}
+    created = submit(
+        admin,
+        sweep(
+            method="tpe",
+            budget={"trials": 3, "concurrency": 1},
+            earlyStopping=None,
+            parameters=ranged,
+        ),
+    )
+    for number, loss in ((0, 2.0), (1, 1.0)):
+        tick(app)
+        trial = get(admin, created["id"])["trials"][number]
+        train(admin, trial["run_id"], {100: loss}, end=True)
+    tick(app)
+    trials = get(admin, created["id"])["trials"]
+    finished = [(t["point"], t["value"]) for t in trials[:2]]
+    plan = parse_plan(SweepManifest.model_validate(created["manifest"]).spec.plan_settings())
+    assert trials[2]["point"] == tpe_point(plan.space, 0, 2, finished, goal="minimize")
+    run = admin.get(f"/api/v1/runs/{trials[2]['run_id']}").json()
+    assert run["manifest"]["spec"]["config"]["train"]["lr"] == trials[2]["point"]["config.train.lr"]

@@ -11,6 +11,7 @@ the sweep with the reason, its running trials cancelled.
 """
 
 import logging
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -73,9 +74,10 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
         trial.stopped_reason = stop.reason
         if not Phase(run.phase).is_terminal:
             move_run(session, run, Phase.Cancelled, reasons.REASON_STOPPED_BY_SWEEP, stop.reason)
+    finished = _finished(session, sweep, controller) if actions.start else []
     for number in actions.start:
         try:
-            _start_trial(session, sweep, manifest, number, plan.point(number))
+            _start_trial(session, sweep, manifest, number, plan.draw(number, finished))
         except (CrucibleError, ValueError) as error:
             message = f"trial {number} could not be submitted: {error}"
             cancel_trials(session, sweep, f"sweep {sweep.name} failed: {message}")
@@ -98,7 +100,7 @@ def _new_points(
 
 
 def _start_trial(
-    session: Session, sweep: Sweep, manifest: SweepManifest, number: int, point: dict[str, object]
+    session: Session, sweep: Sweep, manifest: SweepManifest, number: int, point: dict[str, Any]
 ) -> None:
     run_spec = manifest.spec.run.model_dump(mode="json", by_alias=True, exclude_none=True)
     request = RunSubmit.model_validate(
@@ -111,9 +113,28 @@ def _start_trial(
         }
     )
     run = submit_run(session=session, principal=SYSTEM, run_in=request)
-    session.add(SweepTrial(sweep_id=sweep.id, number=number, run_id=run.id))
+    session.add(SweepTrial(sweep_id=sweep.id, number=number, run_id=run.id, point=point))
     session.flush()
     log.info("sweep %d (%s): trial %d started as run %d", sweep.id, sweep.name, number, run.id)
+
+
+def _finished(
+    session: Session, sweep: Sweep, controller: SweepController
+) -> list[tuple[dict[str, Any], float]]:
+    """(point, the metric's last value) of each ended trial that logged it, for TPE; one
+    ASHA stopped counts with the value it was stopped at."""
+    rows = session.execute(
+        select(SweepTrial.point, Run.phase, MetricSeries.last_value)
+        .join(Run, Run.id == SweepTrial.run_id)
+        .join(MetricSeries, MetricSeries.run_id == SweepTrial.run_id)
+        .where(SweepTrial.sweep_id == sweep.id, MetricSeries.key == controller.plan.metric)
+        .order_by(SweepTrial.number)
+    ).all()
+    return [
+        (point, value)
+        for point, phase, value in rows
+        if value is not None and Phase(phase).is_terminal
+    ]
 
 
 def _finish(

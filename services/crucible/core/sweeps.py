@@ -169,7 +169,7 @@ def trial_publics(session: Session, sweep: Sweep, plan: SweepPlan) -> list[Sweep
             run_id=run.id,
             run_name=run.name,
             phase=Phase(run.phase),
-            point=plan.point(trial.number),
+            point=trial.point,
             value=value,
             step=step,
             stopped_reason=trial.stopped_reason,

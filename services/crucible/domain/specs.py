@@ -580,7 +580,8 @@ class SweepSpec(SpecModel):
     to its config (docs/sweeps.md)."""
 
     method: Annotated[
-        Literal["grid", "random"], Field(description="How the trials' points are picked.")
+        Literal["grid", "random", "tpe"],
+        Field(description="How the trials' points are picked."),
     ] = "random"
     metric: Annotated[SweepMetric, Field(description="What the best trial is best at.")]
     budget: Annotated[SweepBudget, Field(description="How many trials, how many at once.")]

@@ -3,7 +3,7 @@ how many trials to start now, and the best trial so far. Pure: the controller th
 sweep's trials in the database and starts them as runs asks it, and a restarted controller
 gets the same answers from the same trials.
 
-    method: random            # grid | random
+    method: random            # grid | random | tpe
     metric: {name: eval/accuracy, goal: maximize}
     budget: {trials: 32, concurrency: 4}
     early_stopping: {min_steps: 100, max_steps: 2700, reduction_factor: 3}   # ASHA; optional
@@ -11,7 +11,9 @@ gets the same answers from the same trials.
     parameters: {...}         # sweeps/space.py
 
 Trial n's point is a function of (seed, n) alone under random and the n-th combination
-under grid, so restarting never draws a point twice or skips one.
+under grid, so restarting never draws a point twice or skips one. Under tpe it is TPE's
+answer given the trials finished when it starts (`sweeps/tpe.py`), which the controller
+stores with the trial.
 """
 
 import math
@@ -22,8 +24,9 @@ from typing import Any
 from crucible.sweeps.asha import Asha
 from crucible.sweeps.samplers import grid, random_point
 from crucible.sweeps.space import Parameter, Point, SearchSpaceError, check_point, parse_space
+from crucible.sweeps.tpe import tpe_point
 
-METHODS = ("grid", "random")
+METHODS = ("grid", "random", "tpe")
 GOALS = ("maximize", "minimize")
 
 
@@ -46,12 +49,23 @@ class SweepPlan:
     early_stopping: dict[str, int] | None
 
     def point(self, number: int) -> Point:
-        """Trial `number`'s values (0-based)."""
+        """Trial `number`'s values (0-based) under grid or random; under tpe, the random
+        draw that stands for it where the finished trials are not known (checking a
+        sweep before it runs)."""
         if not 0 <= number < self.trials:
             raise IndexError(f"trial {number} is outside the budget of {self.trials}")
         if self.method == "grid":
             return grid(self.space)[number]
         return random_point(self.space, self.seed, number)
+
+    def draw(self, number: int, finished: Sequence[tuple[Point, float]]) -> Point:
+        """Trial `number`'s point when it starts: under tpe, TPE's answer given the
+        `finished` trials' (point, metric value); otherwise `point(number)`."""
+        if self.method != "tpe":
+            return self.point(number)
+        if not 0 <= number < self.trials:
+            raise IndexError(f"trial {number} is outside the budget of {self.trials}")
+        return tpe_point(self.space, self.seed, number, finished, goal=self.goal)
 
     def to_start(self, *, started: int, running: int) -> list[int]:
         """The numbers of the trials to start now: up to `concurrency` running, `trials` in

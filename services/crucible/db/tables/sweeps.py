@@ -43,5 +43,8 @@ class SweepTrial(Base):
     )
     number: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    # Its parameters' values, by config path, as drawn when it started (under tpe they
+    # depend on the trials finished then).
+    point: Mapped[dict[str, Any]] = mapped_column(Json)
     # Why the sweep stopped it early (ASHA's sentence); NULL for a trial it let run.
     stopped_reason: Mapped[str | None] = mapped_column(Text)
