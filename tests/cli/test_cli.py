@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from crucible.core.run_profiles import profile_dir
+from tests.profile_files import leave_profile
 from tests.servers import crucible, free_port, local_server
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train-and-eval.yaml"
@@ -119,3 +121,34 @@ def test_bad_arguments_are_refused_clearly_and_submit_nothing(
         assert "Traceback" not in result.stderr, args
         assert expected in result.stderr, (args, result.stderr)
     assert runs_listed() == before
+
+
+def test_runs_profiles_prints_each_profiles_split_and_top_kernels(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "profiled.yaml"
+    manifest.write_text("kind: TrainingRun\nmetadata: {name: profiled}\nspec: {experiment: x}\n")
+    submitted = crucible(server_env, "submit", str(manifest))
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = int(submitted.stdout.split("submitted as run ")[1].split()[0])
+
+    none_yet = crucible(server_env, "runs", "profiles", str(run_id))
+    assert none_yet.returncode == 0, none_yet.stderr
+    assert f"run {run_id} has no profiles" in none_yet.stdout
+    assert "profile_from_step" in none_yet.stdout
+
+    home = Path(server_env["CRUCIBLE_HOME"])
+    leave_profile(profile_dir(home, run_id), "rank0-steps3-4")
+    listed = crucible(server_env, "runs", "profiles", str(run_id))
+    assert listed.returncode == 0, listed.stderr
+    out = listed.stdout
+    assert "rank0-steps3-4 (steps 3-4, rank 0)" in out
+    assert f"/api/v1/runs/{run_id}/profiles/rank0-steps3-4/trace" in out
+    assert "0.1 ms, split on the cpu: compute 100.0%  communication 0.0%" in out
+    assert "idle 0.0%" in out
+    assert "top operators (self time)" in out
+    (row,) = [line for line in out.splitlines() if "aten::mm" in line]
+    assert row.split("│")[2:5] == [" 1     ", " 0.080    ", " 100.0% "], row
+
+    missing = crucible(server_env, "runs", "profiles", "999")
+    assert missing.returncode == 1 and "run 999 not found" in missing.stderr

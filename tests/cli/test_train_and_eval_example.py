@@ -1,6 +1,6 @@
 """examples/train-and-eval.yaml runs as its comment says: `crucible submit` while `crucible
-up` runs, and every run it makes (the teacher, the SFT run, an eval per checkpoint and the
-eval of the latest checkpoint) succeeds."""
+up` runs, every run it makes (the teacher, the SFT run, an eval per checkpoint and the
+eval of the latest checkpoint) succeeds, and the SFT run's profile is there to read."""
 
 from pathlib import Path
 
@@ -21,3 +21,7 @@ def test_the_train_and_eval_example_runs_to_success(tmp_path: Path) -> None:
         scored_by = {e.eval_run_id: e for e in done.api.list_checkpoint_evals(latest.id)}
         explicit = scored_by[done.by_name["arith-sft-eval"].id]  # and the automatic one
         assert len(scored_by) == 2 and "accuracy" in explicit.scores
+        # `crucible runs profiles 2`, as the example's comment says, reads this.
+        profiles = done.api.list_run_profiles(done.by_name["arith-sft"].id).profiles
+        assert [p.name for p in profiles] == ["rank0-steps101-103"]
+        assert profiles[0].summary is not None and profiles[0].summary.annotated

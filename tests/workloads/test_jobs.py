@@ -24,7 +24,9 @@ import pytest
 
 from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
+from crucible.core import run_profiles
 from crucible.schemas.lineage import DatasetVersionCreate
+from crucible.schemas.profiles import ProfileSummary
 from crucible.schemas.runs import AttemptEnd, AttemptStart, RunSubmit
 from crucible.workloads.config import TaskConfig, model_preset
 from crucible.workloads.records import read_jsonl, write_jsonl
@@ -560,10 +562,11 @@ def rl(platform: Platform, stage3: Stage3) -> tuple[int, Job]:
     stage3.rollout.ok()
     sft = stage3.final_checkpoint
     # No config.model: the shape comes from the checkpoint; no samples_per_prompt: the
-    # group size of the dataset.
+    # group size of the dataset. Its last two steps are profiled.
+    train = {"mode": "rl", "steps": 3, "batch_size": 4, "lr": 1e-4}
     rl_run = platform.submit(
         "train",
-        config={"task": TASK, "train": {"mode": "rl", "steps": 3, "batch_size": 4, "lr": 1e-4}},
+        config={"task": TASK, "train": train | {"profile_from_step": 2, "profile_steps": 2}},
         inputs=[{"dataset": "arith-rollouts@1"}],
         initFrom={"id": sft.id},
     )
@@ -600,6 +603,13 @@ def test_rl_trains_from_the_sft_checkpoint_on_the_rollouts(
     assert checkpoint.step == 3
     assert checkpoint.meta["mode"] == "rl" and checkpoint.meta["model"] == sft.meta["model"]
     assert sorted(platform.losses(rl_run)) == [1, 2, 3]
+    # The profile lies in the run's outputs, where the API of a local run reads it.
+    profiles = run_profiles.profile_dir(platform.home, rl_run)
+    summary = ProfileSummary.model_validate_json(
+        (profiles / "rank0-steps2-3.summary.json").read_text()
+    )
+    assert summary.annotated and summary.top_operators
+    assert (profiles / "rank0-steps2-3.trace.json.gz").is_file()
 
 
 def test_sigterm_saves_the_current_step_and_a_resumed_attempt_matches(

@@ -15,6 +15,7 @@ from crucible.cli.datasets import datasets_app
 from crucible.cli.deployments import deployments_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
+from crucible.cli.profiles import runs_profiles
 from crucible.cli.serving import serve_checkpoint
 from crucible.cli.sweeps import sweeps_app
 from crucible.cli.tokenizers import tokenizers_app
@@ -50,6 +51,7 @@ app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(deployments_app, name="deployments")
 app.add_typer(sweeps_app, name="sweeps")
 app.command("serve")(friendly_errors(serve_checkpoint))
+runs_app.command("profiles")(friendly_errors(runs_profiles))
 
 
 @app.command()

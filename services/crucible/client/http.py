@@ -31,6 +31,7 @@ from crucible.schemas.lineage import (
     RunInputCreate,
     RunInputPublic,
 )
+from crucible.schemas.profiles import RunProfiles
 from crucible.schemas.provenance import AttemptEnvironment
 from crucible.schemas.runs import (
     AttemptEnd,
@@ -248,6 +249,9 @@ class CrucibleClient:
 
     def experiment_goodput(self, experiment_id: int) -> ExperimentGoodput:
         return self._get(f"/api/v1/experiments/{experiment_id}/goodput", ExperimentGoodput)
+
+    def list_run_profiles(self, run_id: int) -> RunProfiles:
+        return self._get(f"/api/v1/runs/{run_id}/profiles", RunProfiles)
 
     def resolve_inputs(self, run_id: int) -> InputsResolution:
         return self.send(calls.resolve_inputs(run_id))

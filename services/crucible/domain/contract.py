@@ -4,6 +4,7 @@ process and a pod of the same run see the same thing."""
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME
@@ -16,6 +17,12 @@ MAX_TERMINATION_MESSAGE = 4096  # the kubelet keeps at most this many bytes
 # The artifact id of the run's code package (spec.codePackage as pinned), which
 # `python -m crucible.fetch_code` unpacks before the workload starts.
 CODE_PACKAGE_ENV = "CRUCIBLE_CODE_PACKAGE"
+
+
+def default_outputs_dir(home: Path, run_id: int) -> Path:
+    """Where a run writes what it publishes when CRUCIBLE_OUTPUTS_DIR is not set (the local
+    executor sets none): the SDK writes there, and the API reads a local run's files there."""
+    return home / "runs" / str(run_id) / "outputs"
 
 
 def reference_workload(kind: str, spec: dict[str, Any]) -> str:

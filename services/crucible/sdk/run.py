@@ -17,6 +17,7 @@ from typing import Any
 
 from crucible.artifacts import storage
 from crucible.client import CrucibleClient
+from crucible.domain import contract
 from crucible.schemas.lineage import (
     ArtifactPublic,
     CheckpointPublic,
@@ -431,7 +432,7 @@ def init(
         run_id=run_id,
         attempt=attempt if attempt is not None else environment.attempt,
         checkpoint_uri=checkpoint_uri or environment.checkpoint_uri or default_uri,
-        outputs_dir=environment.outputs_dir or settings.home / "runs" / str(run_id) / "outputs",
+        outputs_dir=environment.outputs_dir or contract.default_outputs_dir(settings.home, run_id),
         outputs_uri=environment.outputs_uri,
         resume_from=resume_from if resume_from is not None else environment.resume_from,
         max_buffered_points=max_buffered_points,

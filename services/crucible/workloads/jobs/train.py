@@ -15,6 +15,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from crucible.domain.profile_files import PROFILE_DIR
 from crucible.workloads.config import TaskConfig, TrainConfig
 from crucible.workloads.jobs.artifacts import resolve_model, run_fetch
 from crucible.workloads.jobs.checkpoints import (
@@ -132,7 +133,7 @@ def train() -> None:
             init_model_state=init_state,
             log=log_step,
             device=torch_setup.device,
-            profile_dir=run.outputs_dir / "profile" if config.profile_from_step else None,
+            profile_dir=run.outputs_dir / PROFILE_DIR if config.profile_from_step else None,
         )
     except DataError as exc:
         raise ConfigError(str(exc)) from None

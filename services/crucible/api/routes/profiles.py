@@ -1,0 +1,54 @@
+"""A run's profiles: the summaries of the steps `profile_from_step` recorded, and their
+traces for a trace viewer."""
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
+from crucible.api.params import PathId
+from crucible.core import run_profiles
+from crucible.schemas.profiles import RunProfiles
+
+router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+
+@router.get("/runs/{run_id}/profiles", operation_id="listRunProfiles")
+def list_run_profiles(
+    run_id: PathId, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
+) -> RunProfiles:
+    """Each rank's profile of the steps `config.train.profile_from_step` chose: its top
+    kernels and how the steps' time split. For a Kubernetes run, where its profiles are."""
+    with uow() as session:
+        return run_profiles.list_profiles(
+            session=session, principal=principal, home=settings.home, run_id=run_id
+        )
+
+
+@router.get(
+    "/runs/{run_id}/profiles/{name}/trace",
+    operation_id="getRunProfileTrace",
+    response_class=FileResponse,
+    responses={
+        200: {
+            "content": {"application/json": {}},
+            "description": "The Chrome/Perfetto trace, sent gzipped (Content-Encoding: gzip).",
+        }
+    },
+)
+def get_run_profile_trace(
+    run_id: PathId, name: str, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
+) -> FileResponse:
+    """The trace of profile `name` (`rank<R>-steps<A>-<B>`), for Perfetto or chrome://tracing.
+    Stored gzipped and sent as it is stored, with Content-Encoding: gzip, so a browser's
+    fetch() hands over the JSON and `curl --compressed` writes it."""
+    with uow() as session:
+        path = run_profiles.trace_path(
+            session=session, principal=principal, home=settings.home, run_id=run_id, name=name
+        )
+    return FileResponse(
+        path,
+        media_type="application/json",
+        headers={"Content-Encoding": "gzip"},
+        filename=f"{name}.trace.json",
+        content_disposition_type="inline",
+    )
