@@ -14,6 +14,22 @@ DIGEST = "sha256:" + "c" * 64
 DEPLOYMENT = f"{MARKER}-served"
 
 
+def sweep(name: str) -> dict[str, Any]:
+    """A minimal valid Sweep manifest: one trial of a grid of one learning rate."""
+    return {
+        "apiVersion": "crucible.dev/v1alpha1",
+        "kind": "Sweep",
+        "metadata": {"name": name},
+        "spec": {
+            "method": "grid",
+            "metric": {"name": "loss", "goal": "minimize"},
+            "budget": {"trials": 1},
+            "parameters": {"config.train.lr": {"values": [0.001]}},
+            "run": {"experiment": "e", "config": {"train": {"steps": 10}}},
+        },
+    }
+
+
 def example_bodies(b: dict[str, int]) -> dict[str, Any]:
     """A valid body per operation, naming project B (`b`: its ids) wherever there is a choice."""
     return {
@@ -23,6 +39,7 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
         "createExperiment": {"project": MARKER, "name": "e2"},
         "updateExperiment": {"description": "taken over"},
         "submitRun": {"project": MARKER, "manifest": training_run(name="intruder")},
+        "submitSweep": {"project": MARKER, "manifest": sweep("intruder")},
         "reportRunPhase": {"phase": "Failed", "message": "intruder"},
         "startAttempt": {},
         "endAttempt": {"end_reason": "Failed"},
@@ -73,6 +90,7 @@ def concrete_path(path: str, b: dict[str, int]) -> str:
         "entity_id": b["run"],
         "cluster_name": MARKER,
         "deployment_id": b["deployment"],
+        "sweep_id": b["sweep"],
         "backend": "kubernetes",
         "project": MARKER,
         "name": DEPLOYMENT,
@@ -144,8 +162,12 @@ def project_b(admin: TestClient) -> dict[str, int]:
             "phase": "Ready",
         },
     ).json()
+    swept = admin.post(
+        "/api/v1/sweeps", json={"project": MARKER, "manifest": sweep(f"{MARKER}-sweep")}
+    ).json()
     return {
         "project": int(project["id"]),  # type: ignore[call-overload]
+        "sweep": swept["id"],
         "run": run["id"],
         "experiment": run["experiment_id"],
         "checkpoint": checkpoint["id"],

@@ -25,7 +25,10 @@ T = TypeVar("T")
 RESOURCES: dict[str, type[GenericNamespacedResource]] = {
     kind: create_namespaced_resource(naming.GROUP, naming.VERSION, kind, plural)
     for kind, plural in [(k.kind, k.plural) for k in naming.KINDS]
-    + [(naming.SERVED_MODEL_KIND, naming.SERVED_MODEL_PLURAL)]
+    + [
+        (naming.SERVED_MODEL_KIND, naming.SERVED_MODEL_PLURAL),
+        (naming.SWEEP_KIND, naming.SWEEP_PLURAL),
+    ]
 }
 
 

@@ -1,6 +1,6 @@
-"""CustomResourceDefinitions for TrainingRun, RolloutJob, EvalJob and ServedModel, generated
-from the pydantic spec models in :mod:`crucible.domain.specs`, the same models the REST API
-validates with, so the two ways in never drift.
+"""CustomResourceDefinitions for TrainingRun, RolloutJob, EvalJob, ServedModel and Sweep,
+generated from the pydantic spec models in :mod:`crucible.domain.specs`, the same models the
+REST API validates with, so the two ways in never drift.
 
 The spec schema is pydantic's JSON schema made structural (``$ref`` inlined, ``anyOf``
 with null collapsed, dicts as ``additionalProperties``, free-form objects kept with
@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from crucible.domain.enums import Phase
+from crucible.domain.enums import TERMINAL_PHASES, Phase
 from crucible.domain.resources import GROUP, VERSION
 from crucible.domain.specs import (
     DNS_LABEL,
@@ -33,8 +33,11 @@ from crucible.domain.specs import (
     EvalJobSpec,
     RolloutJobSpec,
     ServedModelSpec,
+    SweepSpec,
     TrainingRunSpec,
 )
+from crucible.sweeps.trials import MAX_SWEEP_NAME
+from crucible_operator import naming
 
 CATEGORY = "crucible"
 HEADER = (
@@ -85,6 +88,14 @@ NODES_IMMUTABLE = rule(
     ".nodes",
 )
 
+# The control plane registers a Sweep once, from the spec it was created with: a later edit
+# would change nothing, so it is refused rather than ignored.
+SPEC_IMMUTABLE = rule(
+    "self == oldSelf",
+    "a Sweep's spec is immutable; delete it and apply the new one (or apply it under "
+    "another name) to change it",
+)
+
 # Pods are `<run>-a<attempt>-<rank>` and Services `<run>`: the run name must be a DNS label
 # short enough to leave room for the suffixes within 63 characters.
 NAME_RULES = [
@@ -117,6 +128,8 @@ _KEPT_KEYS = (
     "exclusiveMaximum",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "default",
     "required",
     "properties",
@@ -305,7 +318,7 @@ def status_schema(extra: Mapping[str, Schema] | None = None) -> Schema:
     }
 
 
-# --- the three kinds -------------------------------------------------------------------
+# --- the kinds -------------------------------------------------------------------
 
 
 def column(name: str, path: str, type_: str, description: str, priority: int = 0) -> Schema:
@@ -406,6 +419,55 @@ def served_model_status() -> Schema:
     }
 
 
+# A sweep is Running from its registration until it ends; it never waits or recovers itself
+# (its trials do, as runs).
+SWEEP_PHASES = (Phase.Running, *sorted(TERMINAL_PHASES))
+
+
+def sweep_status() -> Schema:
+    return {
+        "description": "Observed state, written by the operator only, from the control plane's "
+        "sweep.",
+        "type": "object",
+        "properties": {
+            "phase": {
+                "description": "Running, then Succeeded, Failed (see message) or Cancelled.",
+                "type": "string",
+                "enum": [p.value for p in SWEEP_PHASES],
+            },
+            "message": {
+                "description": "How it ended, or why it was refused, in a sentence.",
+                "type": "string",
+            },
+            "sweepId": {
+                "description": "Its id in the control plane (`crucible sweeps get <id>`).",
+                "type": "integer",
+                "format": "int64",
+            },
+            "trialsStarted": {
+                "description": "Trials started so far, each a TrainingRun named "
+                "`<sweep>-<number>`.",
+                "type": "integer",
+            },
+            "trialsRunning": {"description": "Trials not ended yet.", "type": "integer"},
+            "bestTrial": {
+                "description": "The best trial by the metric, once the sweep has succeeded.",
+                "type": "object",
+                "properties": {
+                    "number": {"description": "The trial's number, from 0.", "type": "integer"},
+                    "run": {"description": "Its TrainingRun's name.", "type": "string"},
+                    "value": {"description": "The metric's last value.", "type": "number"},
+                },
+            },
+            "observedGeneration": {
+                "description": "metadata.generation the operator last acted on.",
+                "type": "integer",
+                "format": "int64",
+            },
+        },
+    }
+
+
 KINDS = (
     Kind(
         kind="TrainingRun",
@@ -485,10 +547,43 @@ KINDS = (
             ),
         ),
     ),
+    Kind(
+        kind=naming.SWEEP_KIND,
+        plural=naming.SWEEP_PLURAL,
+        short_name="sw",
+        spec_model=SweepSpec,
+        columns=(
+            column("Phase", ".status.phase", "string", "Running, Succeeded, Failed or Cancelled."),
+            column("Trials", ".status.trialsStarted", "integer", "Trials started."),
+            column("Budget", ".spec.budget.trials", "integer", "Trials in all."),
+            column("Best", ".status.bestTrial.value", "number", "The best trial's metric."),
+            column("Best-Run", ".status.bestTrial.run", "string", "The best trial's run."),
+            AGE_COLUMN,
+            column("Metric", ".spec.metric.name", "string", "The metric compared.", 1),
+            column("Sweep-ID", ".status.sweepId", "integer", "Control-plane sweep id.", 1),
+        ),
+        status=sweep_status(),
+        spec_rules=(SPEC_IMMUTABLE,),
+        name_rules=(
+            rule(
+                f"self.metadata.name.size() <= {MAX_SWEEP_NAME}",
+                f"metadata.name must be at most {MAX_SWEEP_NAME} characters, so that its "
+                "trials' names (`<name>-<3 digits>`) stay run names",
+                ".metadata.name",
+            ),
+            rule(
+                f"self.metadata.name.matches('{DNS_LABEL}')",
+                "metadata.name must be a DNS label (lower-case letters, digits and `-`, no "
+                "dots): it names the trials' TrainingRuns",
+                ".metadata.name",
+            ),
+        ),
+    ),
 )
 
 RUN_KINDS = KINDS[:3]
 SERVED_MODEL = KINDS[3]
+SWEEP = KINDS[4]
 
 
 def crd(kind: Kind) -> Schema:

@@ -1,7 +1,8 @@
 """The kopf wiring: indexes of pods and nodes, one reconcile loop (a kopf daemon) per
 custom resource, wake-ups from pod and node events, and the finalizer that records a
-deleted resource's end in the control plane. Handlers are registered on a registry made
-here (never kopf's global one), so importing this module changes nothing by itself."""
+deleted resource's end in the control plane; ServedModels' and Sweeps' handlers come from
+serving.py and sweeps.py. Handlers are registered on a registry made here (never kopf's
+global one), so importing this module changes nothing by itself."""
 
 import logging
 import time
@@ -22,6 +23,7 @@ from crucible_operator.facts import PodFacts, node_facts, pod_facts, pod_use
 from crucible_operator.reconcile import Pass, Tracked
 from crucible_operator.run_view import RunView
 from crucible_operator.serving import register_served_models
+from crucible_operator.sweeps import register_sweeps
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ def build_registry() -> kopf.OperatorRegistry:
     for info in naming.KINDS:
         _register_kind(registry, info)
     register_served_models(registry)
+    register_sweeps(registry)
     return registry
 
 

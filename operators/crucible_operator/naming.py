@@ -36,6 +36,10 @@ GANG_GATE = f"{GROUP}/gang"
 # A checkpoint served behind a Deployment and a Service (serving.py); not a run.
 SERVED_MODEL_KIND, SERVED_MODEL_PLURAL = "ServedModel", "servedmodels"
 
+# Trials of a hyperparameter sweep, each a TrainingRun the control plane creates (sweeps.py);
+# not a run either.
+SWEEP_KIND, SWEEP_PLURAL = "Sweep", "sweeps"
+
 FINALIZER = f"{GROUP}/finalizer"
 FIELD_MANAGER = "crucible-operator"
 

@@ -55,6 +55,7 @@ def test_every_route_answers_503_while_postgres_is_down_and_recovers(
             "artifact",
             "token",
             "deployment",
+            "sweep",
         ),
         1,
     )

@@ -510,6 +510,10 @@ OPERATOR_ALLOWED: dict[str, set[str]] = {
     **{cr: {"get", "list", "watch", "patch", "update"} for cr in WATCHED},
     **{f"{cr}/status": {"get", "patch", "update"} for cr in WATCHED},
     **{f"{cr}/finalizers": {"update"} for cr in WATCHED},
+    # A Sweep is followed and cancelled through the control plane; nothing is owned by it.
+    "sweeps.crucible.dev": {"get", "list", "watch", "patch"},
+    "sweeps.crucible.dev/status": {"patch"},
+    "sweeps.crucible.dev/finalizers": set(),
     # A served model's pods come from its Deployment; deleting it is its owner's business.
     "deployments.apps": {"get", "list", "watch", "create", "patch"},
     "pods": {"get", "list", "watch", "create", "delete", "patch"},

@@ -16,7 +16,7 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "helm" / "crucible" / "crds"
 @pytest.fixture(scope="module")
 def stack(cluster: h.Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     h.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    for plural in ("trainingruns", "rolloutjobs", "evaljobs", "servedmodels"):
+    for plural in ("trainingruns", "rolloutjobs", "evaljobs", "servedmodels", "sweeps"):
         h.kubectl("wait", "--for=condition=Established", f"crd/{plural}.crucible.dev")
     running = Stack(tmp_path_factory.mktemp("operator"), cluster.env())
     running.start()

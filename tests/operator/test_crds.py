@@ -197,10 +197,36 @@ def test_names_columns_and_subresources() -> None:
         assert version["subresources"] == {"status": {}}
         columns = [c["name"] for c in version["additionalPrinterColumns"]]
         assert columns[0] == "Phase" and "Age" in columns
-        assert any(c.startswith("GPUs") for c in columns)
+        if kind is not crds.SWEEP:  # its trials' GPUs are their TrainingRuns'
+            assert any(c.startswith("GPUs") for c in columns)
         if kind in crds.RUN_KINDS:
             assert columns[1] == "Attempt" and "Step" in columns
-    assert [k.short_name for k in crds.KINDS] == ["tr", "rj", "ej", "sm"]
+    assert [k.short_name for k in crds.KINDS] == ["tr", "rj", "ej", "sm", "sw"]
+
+
+def test_a_sweep_is_its_spec_models_schema_with_a_status_of_its_own() -> None:
+    root = root_schema(crds.SWEEP)
+    spec = root["properties"]["spec"]
+    assert spec["required"] == ["metric", "budget", "parameters", "run"]
+    # A parameter's range is free-form (values, or min/max/log): the control plane checks it.
+    parameters = spec["properties"]["parameters"]
+    assert parameters["minProperties"] == 1
+    assert parameters["additionalProperties"]["x-kubernetes-preserve-unknown-fields"] is True
+    # `run` is a TrainingRun's spec, its rules included; the whole spec is immutable, as the
+    # control plane registers it once.
+    run = spec["properties"]["run"]
+    assert run["properties"] == root_schema(crds.KINDS[0])["properties"]["spec"]["properties"]
+    assert [r["rule"] for r in spec["x-kubernetes-validations"]] == ["self == oldSelf"]
+    status = root["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Running", "Cancelled", "Failed", "Succeeded"]
+    assert {"sweepId", "trialsStarted", "bestTrial", "message", "observedGeneration"} <= set(status)
+    columns = {
+        c["name"]: c["jsonPath"]
+        for c in crds.crd(crds.SWEEP)["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
+    assert columns["Best"] == ".status.bestTrial.value"
+    name_limit = root["x-kubernetes-validations"][0]["rule"]
+    assert name_limit == "self.metadata.name.size() <= 36"  # trial names add `-NNN`
 
 
 def test_a_served_model_shows_what_it_serves_and_may_change_image_and_checkpoint() -> None:
@@ -258,8 +284,8 @@ def test_every_cel_rule_is_attached_to_a_model() -> None:
         r["rule"] for _, _, node in all_nodes() for r in node.get("x-kubernetes-validations", [])
     ]
     # CheckpointRef: TrainingRun initFrom, RolloutJob policy.checkpoint, EvalJob checkpoint,
-    # ServedModel checkpoint
-    assert rules.count("has(self.id) != has(self.run)") == 4
+    # ServedModel checkpoint, Sweep run.initFrom
+    assert rules.count("has(self.id) != has(self.run)") == 5
 
 
 def test_every_integer_bound_is_one_the_api_server_reads_exactly() -> None:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from crucible.domain.specs import Manifest
+from crucible.domain.specs import Manifest, SweepManifest
 from crucible_operator import crds
 from tests.k8s import cluster_helpers as h
 
@@ -94,7 +94,13 @@ def test_valid_resources_are_accepted(installed_crds: None, namespace: str) -> N
     assert run["spec"]["config"] == {  # free-form: kept as given
         "model": {"preset": "tiny"},
         "task": {"digits": 1},
-        "train": {"mode": "sft", "steps": 200, "lr": 0.003},
+        "train": {
+            "mode": "sft",
+            "steps": 200,
+            "lr": 0.003,
+            "profile_from_step": 101,
+            "profile_steps": 3,
+        },
     }
     ej = h.kubectl_json("get", "ej", "arith-sft-eval", namespace=namespace)
     assert ej["spec"]["checkpoint"] == {"run": "arith-sft", "checkpoint": "latest"}
@@ -407,3 +413,25 @@ def test_mutable_fields_can_change(installed_crds: None, namespace: str) -> None
     assert proc.returncode == 0, proc.stderr
     run = h.kubectl_json("get", "tr", "arith-sft", namespace=namespace)
     assert (run["spec"]["recovery"]["maxFailures"], run["spec"]["image"]) == (5, "img:1")
+
+
+def test_a_sweep_is_accepted_as_the_api_takes_it_and_cannot_change_after(
+    installed_crds: None, namespace: str
+) -> None:
+    """examples/sweep.yaml is accepted (its free-form parameter ranges kept as written); a
+    changed spec is refused, since the control plane registered the first one; and a name
+    that leaves no room for the trials' `-NNN` is refused by name."""
+    sweep = yaml.safe_load((h.REPO_ROOT / "examples" / "sweep.yaml").read_text())
+    SweepManifest.model_validate(sweep)  # the REST API accepts it too
+    proc = apply_result(sweep, namespace)
+    assert proc.returncode == 0, proc.stderr
+    stored = h.kubectl_json("get", "sweep", sweep["metadata"]["name"], namespace=namespace)
+    assert stored["spec"]["parameters"] == sweep["spec"]["parameters"]
+    assert stored["spec"]["run"]["nodes"] == 1  # the TrainingRun's defaults apply to `run`
+
+    proc = apply_result(with_change(sweep, {"spec.budget.trials": 2}), namespace)
+    assert proc.returncode != 0 and "spec is immutable" in proc.stderr, proc.stderr
+
+    proc = apply_result(with_change(sweep, {"metadata.name": "s" * 37}), namespace)
+    assert proc.returncode != 0, proc.stdout
+    assert "metadata.name must be at most 36 characters" in proc.stderr, proc.stderr
