@@ -19,6 +19,7 @@ const Deployments = lazy(() => import('./pages/Deployments').then((m) => ({ defa
 const Compare = lazy(() => import('./pages/Compare').then((m) => ({ default: m.Compare })));
 const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.Lineage })));
 const Run = lazy(() => import('./pages/Run').then((m) => ({ default: m.Run })));
+const Sweep = lazy(() => import('./pages/Sweep').then((m) => ({ default: m.Sweep })));
 
 export function App() {
   const route = parseRoute(useHash());
@@ -76,6 +77,7 @@ export function App() {
           {route.page === 'lineage' && <Lineage node={route.node} />}
           {route.page === 'cluster' && <Cluster />}
           {route.page === 'deployments' && <Deployments />}
+          {route.page === 'sweep' && <Sweep key={route.id} id={route.id} />}
           {route.page === 'compare' && <Compare key={route.runs.join(',')} runIds={route.runs} />}
           {route.page === 'notFound' && (
             <p className="empty">

@@ -13,6 +13,7 @@ describe('parseRoute', () => {
     expect(parseRoute('#/experiments/12?kind=eval')).toEqual({ page: 'experiment', id: 12, search: 'kind=eval' });
     expect(parseRoute('#/runs/7')).toEqual({ page: 'run', id: 7 });
     expect(parseRoute('#/checkpoints/9')).toEqual({ page: 'checkpoint', id: 9 });
+    expect(parseRoute('#/sweeps/4')).toEqual({ page: 'sweep', id: 4 });
     expect(parseRoute('#/lineage/dataset_version/4')).toEqual({
       page: 'lineage',
       node: { type: 'dataset_version', id: 4 },
@@ -29,6 +30,7 @@ describe('parseRoute', () => {
     expect(parseRoute(href.experiment(5))).toEqual({ page: 'experiment', id: 5, search: '' });
     expect(parseRoute(href.experiment(5, 'sort=name'))).toEqual({ page: 'experiment', id: 5, search: 'sort=name' });
     expect(parseRoute(href.checkpoint(8))).toEqual({ page: 'checkpoint', id: 8 });
+    expect(parseRoute(href.sweep(6))).toEqual({ page: 'sweep', id: 6 });
     expect(parseRoute(href.lineage('eval_result', 2))).toEqual({
       page: 'lineage',
       node: { type: 'eval_result', id: 2 },
@@ -42,5 +44,6 @@ describe('parseRoute', () => {
     expect(parseRoute('#/lineage/model/1')).toEqual({ page: 'notFound', path: '/lineage/model/1' });
     expect(parseRoute('#/compare?runs=1,x')).toEqual({ page: 'notFound', path: '/compare?runs=1,x' });
     expect(parseRoute('#/compare')).toEqual({ page: 'notFound', path: '/compare' });
+    expect(parseRoute('#/sweeps/lr')).toEqual({ page: 'notFound', path: '/sweeps/lr' });
   });
 });

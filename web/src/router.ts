@@ -13,6 +13,7 @@ export type Route =
   | { page: 'checkpoint'; id: number }
   | { page: 'lineage'; node: { type: LineageNodeType; id: number } }
   | { page: 'compare'; runs: number[] }
+  | { page: 'sweep'; id: number }
   | { page: 'cluster' }
   | { page: 'deployments' }
   | { page: 'notFound'; path: string };
@@ -32,12 +33,13 @@ export function parseRoute(hash: string): Route {
     const code = new URLSearchParams(search).get('code');
     return code ? { page: 'signin', code } : { page: 'signin' };
   }
-  const match = /^\/(projects|experiments|runs|checkpoints)\/(\d+)$/.exec(path);
+  const match = /^\/(projects|experiments|runs|checkpoints|sweeps)\/(\d+)$/.exec(path);
   if (match) {
     const id = Number(match[2]);
     if (match[1] === 'projects') return { page: 'project', id };
     if (match[1] === 'experiments') return { page: 'experiment', id, search };
     if (match[1] === 'checkpoints') return { page: 'checkpoint', id };
+    if (match[1] === 'sweeps') return { page: 'sweep', id };
     return { page: 'run', id };
   }
   const lineage = /^\/lineage\/([a-z_]+)\/(\d+)$/.exec(path);
@@ -62,6 +64,7 @@ export const href = {
   checkpoint: (id: number) => `#/checkpoints/${id}`,
   lineage: (type: LineageNodeType, id: number) => `#/lineage/${type}/${id}`,
   compare: (runs: number[]) => `#/compare?runs=${runs.join(',')}`,
+  sweep: (id: number) => `#/sweeps/${id}`,
   cluster: () => '#/cluster',
   deployments: () => '#/deployments',
 };

@@ -924,6 +924,116 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/profiles": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Run Profiles
+         * @description Each rank's profile of the steps `config.train.profile_from_step` chose: its top
+         *     kernels and how the steps' time split. For a Kubernetes run, where its profiles are.
+         */
+        get: operations["listRunProfiles"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/profiles/{name}/trace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Run Profile Trace
+         * @description The trace of profile `name` (`rank<R>-steps<A>-<B>`), for Perfetto or chrome://tracing.
+         *     Stored gzipped and sent as it is stored, with Content-Encoding: gzip, so a browser's
+         *     fetch() hands over the JSON and `curl --compressed` writes it.
+         */
+        get: operations["getRunProfileTrace"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Sweeps
+         * @description The sweeps the caller may see, newest first (without their trials).
+         */
+        get: operations["listSweeps"];
+        put?: never;
+        /**
+         * Submit Sweep
+         * @description Create a sweep; its trials start within seconds, as the workers' controller looks.
+         *     The same submission again returns the sweep; the same name with another spec is a 409.
+         *     Every trial's config is checked first, a bad path or value named (422).
+         */
+        post: operations["submitSweep"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Sweep
+         * @description The sweep with every trial started: its run, phase, point, the metric's last value,
+         *     and why the sweep stopped it, if it did.
+         */
+        get: operations["getSweep"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel Sweep
+         * @description End the sweep: no more trials, and its running trials cancelled.
+         */
+        post: operations["cancelSweep"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tokens": {
         parameters: {
             query?: never;
@@ -1695,6 +1805,28 @@ export interface components {
             next_cursor?: string | null;
         };
         /**
+         * EarlyStopping
+         * @description ASHA: rungs at minSteps * reductionFactor^k steps below maxSteps.
+         */
+        EarlyStopping: {
+            /**
+             * Maxsteps
+             * @description The trials' last step.
+             */
+            maxSteps: number;
+            /**
+             * Minsteps
+             * @description The first rung.
+             */
+            minSteps: number;
+            /**
+             * Reductionfactor
+             * @description 1/reductionFactor of a rung's trials go on.
+             * @default 3
+             */
+            reductionFactor: number;
+        };
+        /**
          * EdgeRelation
          * @description Edges point the way data flows: from what was used to what was made.
          * @enum {string}
@@ -2361,6 +2493,26 @@ export interface components {
             /** Namespace */
             namespace?: string | null;
         };
+        /** OperatorTime */
+        OperatorTime: {
+            /** Calls */
+            calls: number;
+            /**
+             * Name
+             * @description The kernel's name (GPU) or the operator's (CPU).
+             */
+            name: string;
+            /**
+             * Share
+             * @description Of the time of all kernels (or all operators), 0-1.
+             */
+            share: number;
+            /**
+             * Total Us
+             * @description Summed duration; for a CPU operator its self time, without the operators it called, so that no time is counted twice.
+             */
+            total_us: number;
+        };
         /** Page[ArtifactPublic] */
         Page_ArtifactPublic_: {
             /** Items */
@@ -2436,6 +2588,21 @@ export interface components {
              */
             reason: string;
         };
+        /** PhaseTime */
+        PhaseTime: {
+            /**
+             * Phase
+             * @enum {string}
+             */
+            phase: "compute" | "communication" | "data_loading" | "optimizer" | "idle";
+            /**
+             * Share
+             * @description Of the wall time, 0-1.
+             */
+            share: number;
+            /** Total Us */
+            total_us: number;
+        };
         /**
          * PodReport
          * @description A pod, or a process group of the local executor. A pod names its run by the custom
@@ -2510,6 +2677,62 @@ export interface components {
              * @description Teacher: a built-in's name (`arithmetic-solver`) or an import path `package.module:function`.
              */
             teacher?: string | null;
+        };
+        /** ProfilePublic */
+        ProfilePublic: {
+            /** First Step */
+            first_step: number;
+            /** Last Step */
+            last_step: number;
+            /**
+             * Name
+             * @description `rank<R>-steps<A>-<B>`; the trace's URL takes it.
+             */
+            name: string;
+            /** Rank */
+            rank: number;
+            /** @description None when the profile has no summary (one recorded before summaries were written, or one whose summary could not be read). */
+            summary: components["schemas"]["ProfileSummary"] | null;
+            /**
+             * Trace Bytes
+             * @description The gzipped trace's size; None without one.
+             */
+            trace_bytes: number | null;
+        };
+        /**
+         * ProfileSummary
+         * @description Where the profiled steps' time went (crucible.workloads.profile_summary explains the
+         *     rules).
+         */
+        ProfileSummary: {
+            /**
+             * Annotated
+             * @description True when the steps carried the trainer's `crucible/` phase annotations; otherwise phases were read from operator names alone.
+             */
+            annotated: boolean;
+            /**
+             * Busy Us
+             * @description Time in which the timeline ran something.
+             */
+            busy_us: number;
+            /** Phases */
+            phases: components["schemas"]["PhaseTime"][];
+            /**
+             * Timeline
+             * @description What busy and idle are measured on: the GPU's streams, or, in a run without a GPU, the training loop's CPU thread.
+             * @enum {string}
+             */
+            timeline: "gpu" | "cpu";
+            /**
+             * Top Operators
+             * @description Most time first.
+             */
+            top_operators: components["schemas"]["OperatorTime"][];
+            /**
+             * Wall Us
+             * @description From the first recorded event to the last.
+             */
+            wall_us: number;
         };
         /** ProjectCreate */
         ProjectCreate: {
@@ -2859,6 +3082,21 @@ export interface components {
              */
             reported_at: string;
         };
+        /** RunProfiles */
+        RunProfiles: {
+            /**
+             * Message
+             * @description Why there are none, and where to look instead.
+             */
+            message: string;
+            /**
+             * Profiles
+             * @description By first step, then rank.
+             */
+            profiles: components["schemas"]["ProfilePublic"][];
+            /** Run Id */
+            run_id: number;
+        };
         /** RunPublic */
         RunPublic: {
             /** Attempt Count */
@@ -3055,6 +3293,200 @@ export interface components {
              * @description The code from the printed link.
              */
             code: string;
+        };
+        /** SweepBudget */
+        SweepBudget: {
+            /**
+             * Concurrency
+             * @description Trials running at once.
+             * @default 1
+             */
+            concurrency: number;
+            /**
+             * Trials
+             * @description Trials in all.
+             */
+            trials: number;
+        };
+        /**
+         * SweepManifest
+         * @description Not a run: the control plane starts its trials as runs.
+         */
+        SweepManifest: {
+            /**
+             * Apiversion
+             * @default crucible.dev/v1alpha1
+             * @constant
+             */
+            apiVersion: "crucible.dev/v1alpha1";
+            /**
+             * Kind
+             * @constant
+             */
+            kind: "Sweep";
+            metadata: components["schemas"]["ObjectMeta"];
+            spec: components["schemas"]["SweepSpec"];
+        };
+        /** SweepMetric */
+        SweepMetric: {
+            /**
+             * Goal
+             * @description Which way is better.
+             * @enum {string}
+             */
+            goal: "maximize" | "minimize";
+            /**
+             * Name
+             * @description A metric key the trials log.
+             */
+            name: string;
+        };
+        /** SweepPublic */
+        SweepPublic: {
+            backend: components["schemas"]["Backend"];
+            /**
+             * Best Trial
+             * @description The best finished trial's number, once ended.
+             */
+            best_trial: number | null;
+            /**
+             * Budget
+             * @description Trials in all.
+             */
+            budget: number;
+            code: components["schemas"]["CodeSource"] | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Finished At */
+            finished_at: string | null;
+            /** Goal */
+            goal: string;
+            /** Id */
+            id: number;
+            /** K8S Uid */
+            k8s_uid: string | null;
+            /** Manifest */
+            manifest: {
+                [key: string]: unknown;
+            };
+            /** Message */
+            message: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** @description Running, then Succeeded, Failed or Cancelled. */
+            phase: components["schemas"]["Phase"];
+            /** Project Id */
+            project_id: number;
+            /** Spec Digest */
+            spec_digest: string;
+            /**
+             * Trials
+             * @description Every trial started, by number (empty in a listing).
+             */
+            trials: components["schemas"]["SweepTrialPublic"][];
+        };
+        /**
+         * SweepSpec
+         * @description A sweep: trials that are copies of `run`, each with a point of `parameters` applied
+         *     to its config (docs/sweeps.md).
+         */
+        SweepSpec: {
+            /** @description How many trials, how many at once. */
+            budget: components["schemas"]["SweepBudget"];
+            /** @description ASHA on the metric; default: none. */
+            earlyStopping?: components["schemas"]["EarlyStopping"] | null;
+            /**
+             * Method
+             * @description How the trials' points are picked.
+             * @default random
+             * @enum {string}
+             */
+            method: "grid" | "random" | "tpe";
+            /** @description What the best trial is best at. */
+            metric: components["schemas"]["SweepMetric"];
+            /**
+             * Parameters
+             * @description Config path -> {values: [...]} or {min, max, log}.
+             */
+            parameters: {
+                [key: string]: {
+                    [key: string]: unknown;
+                };
+            };
+            /** @description The spec every trial copies. */
+            run: components["schemas"]["TrainingRunSpec"];
+            /**
+             * Seed
+             * @description Seeds random points.
+             * @default 0
+             */
+            seed: number;
+        };
+        /** SweepsPublic */
+        SweepsPublic: {
+            /** Items */
+            items: components["schemas"]["SweepPublic"][];
+            /** Next Cursor */
+            next_cursor?: string | null;
+        };
+        /** SweepSubmit */
+        SweepSubmit: {
+            /**
+             * @description Where its trials run.
+             * @default local
+             */
+            backend: components["schemas"]["Backend"];
+            /** @description Where the trials' code came from; the CLI sets it. */
+            code?: components["schemas"]["CodeSource"] | null;
+            /**
+             * K8S Uid
+             * @description Set by the operator for kubectl-applied sweeps.
+             */
+            k8s_uid?: string | null;
+            /** @description A Sweep, as for kubectl. */
+            manifest: components["schemas"]["SweepManifest"];
+            /**
+             * Project
+             * @description Project name.
+             */
+            project: string;
+        };
+        /** SweepTrialPublic */
+        SweepTrialPublic: {
+            /** Number */
+            number: number;
+            phase: components["schemas"]["Phase"];
+            /**
+             * Point
+             * @description Its parameters' values, by config path.
+             */
+            point: {
+                [key: string]: unknown;
+            };
+            /** Run Id */
+            run_id: number;
+            /** Run Name */
+            run_name: string;
+            /**
+             * Step
+             * @description The step of that value.
+             */
+            step: number | null;
+            /**
+             * Stopped Reason
+             * @description Why the sweep stopped it early.
+             */
+            stopped_reason: string | null;
+            /**
+             * Value
+             * @description The metric's last value; none logged yet: null.
+             */
+            value: number | null;
         };
         /** TokenCreate */
         TokenCreate: {
@@ -5323,6 +5755,202 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    listRunProfiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunProfiles"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getRunProfileTrace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The Chrome/Perfetto trace, sent gzipped (Content-Encoding: gzip). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    listSweeps: {
+        parameters: {
+            query?: {
+                cursor?: string | null;
+                /** @description Page size. */
+                limit?: number;
+                project?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepsPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    submitSweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepSubmit"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getSweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancelSweep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
                 };
             };
             /** @description Validation Error */
