@@ -83,6 +83,25 @@ def test_cpu_operators_are_ranked_by_self_time_so_nothing_counts_twice() -> None
     assert len(summarize_trace(trace, top=1).top_operators) == 1
 
 
+def test_an_operator_dispatched_to_itself_is_one_call_as_torchs_table_counts_it() -> None:
+    trace = {
+        "traceEvents": [
+            cpu("aten::div_", 0, 90),
+            cpu("aten::div_", 10, 70),  # the only operator inside: a dispatch to itself
+            cpu("aten::copy_", 20, 30),
+            cpu("aten::add", 100, 40),
+            cpu("aten::add", 105, 10),  # one of two inside: a call of its own
+            cpu("aten::mul", 120, 10),
+        ]
+    }
+    assert top(summarize_trace(trace)) == [
+        ("aten::div_", 1, 60.0, 0.4615),
+        ("aten::add", 2, 30.0, 0.2308),
+        ("aten::copy_", 1, 30.0, 0.2308),
+        ("aten::mul", 1, 10.0, 0.0769),
+    ]
+
+
 def test_the_trainers_annotations_split_the_wall_time_and_gaps_are_idle() -> None:
     trace = {
         "traceEvents": [

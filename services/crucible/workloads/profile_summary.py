@@ -24,7 +24,9 @@ The rules:
 - Top operators: with device work, kernels (and copies, sets) by name, their durations
   summed; on the CPU, operators by self time (their duration less that of the operators
   directly inside them), so that `aten::linear` and the `aten::addmm` inside it are not
-  counted twice. A share is of the summed time of every row, not only of the top ones.
+  counted twice, and an operator that is the only one inside one of its own name (a
+  dispatch to itself, `aten::div_` in `aten::div_`) counted as one call with it, as torch's
+  own table does. A share is of the summed time of every row, not only of the top ones.
 - Phases. Each piece of busy time belongs to one phase, so that the five add up to the wall
   time. For a CPU event's own time (its duration less its children's), the event and the
   events open around it decide; for a kernel, its name and the CUDA call that launched it
@@ -96,6 +98,19 @@ class _Event:
     self_us: float = 0.0
     """Operator self time: the duration less that of the nearest operators inside it."""
 
+    operator_parent: "_Event | None" = None
+    """The nearest operator this operator runs inside."""
+
+    operators_inside: int = 0
+    """Operators whose nearest enclosing operator is this one."""
+
+    def is_dispatch_copy(self) -> bool:
+        """An operator that is the only one inside an operator of its own name: a dispatch
+        of the operator to itself, which torch's own table (`key_averages`) counts as one
+        call with its parent."""
+        parent = self.operator_parent
+        return parent is not None and parent.name == self.name and parent.operators_inside == 1
+
     def lineage(self) -> Iterator["_Event"]:
         """This event and every event open around it on its thread, innermost first."""
         event: _Event | None = self
@@ -124,7 +139,7 @@ def summarize_trace(trace: Mapping[str, Any], *, top: int = TOP_OPERATORS) -> Pr
         # A kernel and the CUDA call that launched it share a correlation id.
         launches = {e.correlation: e for e in host if e.correlation is not None}
         busy = [(e.start, e.end, _kernel_phase(e, _launch_of(e, launches), phases)) for e in device]
-        operators = [(e.name, e.end - e.start) for e in device]
+        operators = [(e.name, e.end - e.start, True) for e in device]
     else:
         main = _main_thread(threads, phases)
         busy = [
@@ -132,7 +147,9 @@ def summarize_trace(trace: Mapping[str, Any], *, top: int = TOP_OPERATORS) -> Pr
             for event in _walk(threads[main] if main is not None else [])
             for start, end in _own_time(event)
         ]
-        operators = [(e.name, e.self_us) for e in host if e.category == "cpu_op"]
+        operators = [
+            (e.name, e.self_us, not e.is_dispatch_copy()) for e in host if e.category == "cpu_op"
+        ]
 
     wall = wall_end - wall_start
     by_phase = _split(busy)
@@ -202,6 +219,8 @@ def _nest_by_thread(events: Iterable[_Event]) -> dict[tuple[Any, Any], list[_Eve
                 )
                 if enclosing_operator is not None:
                     enclosing_operator.self_us -= event.end - event.start
+                    enclosing_operator.operators_inside += 1
+                    event.operator_parent = enclosing_operator
             open_events.append(event)
         roots[thread] = top
     return roots
@@ -312,11 +331,13 @@ def _split(busy: Sequence[tuple[float, float, Phase]]) -> dict[Phase, float]:
     return totals
 
 
-def _top_operators(durations: Iterable[tuple[str, float]], top: int) -> list[OperatorTime]:
+def _top_operators(durations: Iterable[tuple[str, float, bool]], top: int) -> list[OperatorTime]:
+    """`durations`: (name, time, whether it is a call of its own). A dispatch copy's time
+    goes to its name with its parent's call, as torch's table merges the two."""
     calls: dict[str, int] = defaultdict(int)
     totals: dict[str, float] = defaultdict(float)
-    for name, duration in durations:
-        calls[name] += 1
+    for name, duration, is_call in durations:
+        calls[name] += int(is_call)
         totals[name] += duration
     everything = sum(totals.values())
     ranked = sorted(totals, key=lambda name: (-totals[name], name))[:top]
