@@ -18,6 +18,7 @@ const Checkpoint = lazy(() => import('./pages/Checkpoint').then((m) => ({ defaul
 const Deployments = lazy(() => import('./pages/Deployments').then((m) => ({ default: m.Deployments })));
 const Compare = lazy(() => import('./pages/Compare').then((m) => ({ default: m.Compare })));
 const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.Lineage })));
+const ProfileTrace = lazy(() => import('./pages/ProfileTrace').then((m) => ({ default: m.ProfileTrace })));
 const Run = lazy(() => import('./pages/Run').then((m) => ({ default: m.Run })));
 const Sweep = lazy(() => import('./pages/Sweep').then((m) => ({ default: m.Sweep })));
 
@@ -73,6 +74,9 @@ export function App() {
           {route.page === 'project' && <Project key={route.id} id={route.id} />}
           {route.page === 'experiment' && <Experiment key={route.id} id={route.id} search={route.search} />}
           {route.page === 'run' && <Run key={route.id} id={route.id} />}
+          {route.page === 'profileTrace' && (
+            <ProfileTrace key={`${route.runId}/${route.name}`} runId={route.runId} name={route.name} />
+          )}
           {route.page === 'checkpoint' && <Checkpoint key={route.id} id={route.id} />}
           {route.page === 'lineage' && <Lineage node={route.node} />}
           {route.page === 'cluster' && <Cluster />}

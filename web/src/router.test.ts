@@ -12,6 +12,11 @@ describe('parseRoute', () => {
     expect(parseRoute('#/experiments/12')).toEqual({ page: 'experiment', id: 12, search: '' });
     expect(parseRoute('#/experiments/12?kind=eval')).toEqual({ page: 'experiment', id: 12, search: 'kind=eval' });
     expect(parseRoute('#/runs/7')).toEqual({ page: 'run', id: 7 });
+    expect(parseRoute('#/runs/7/profiles/rank0-steps101-103')).toEqual({
+      page: 'profileTrace',
+      runId: 7,
+      name: 'rank0-steps101-103',
+    });
     expect(parseRoute('#/checkpoints/9')).toEqual({ page: 'checkpoint', id: 9 });
     expect(parseRoute('#/sweeps/4')).toEqual({ page: 'sweep', id: 4 });
     expect(parseRoute('#/lineage/dataset_version/4')).toEqual({
@@ -25,6 +30,7 @@ describe('parseRoute', () => {
 
   it('round-trips the links it builds', () => {
     expect(parseRoute(href.run(42))).toEqual({ page: 'run', id: 42 });
+    expect(parseRoute(href.profileTrace(42, 'rank1-steps3-4'))).toEqual({ page: 'profileTrace', runId: 42, name: 'rank1-steps3-4' });
     expect(parseRoute(href.cluster())).toEqual({ page: 'cluster' });
     expect(parseRoute(href.deployments())).toEqual({ page: 'deployments' });
     expect(parseRoute(href.experiment(5))).toEqual({ page: 'experiment', id: 5, search: '' });
@@ -45,5 +51,7 @@ describe('parseRoute', () => {
     expect(parseRoute('#/compare?runs=1,x')).toEqual({ page: 'notFound', path: '/compare?runs=1,x' });
     expect(parseRoute('#/compare')).toEqual({ page: 'notFound', path: '/compare' });
     expect(parseRoute('#/sweeps/lr')).toEqual({ page: 'notFound', path: '/sweeps/lr' });
+    expect(parseRoute('#/runs/7/profiles/..%2F..%2Fsecret')).toEqual({ page: 'notFound', path: '/runs/7/profiles/..%2F..%2Fsecret' });
+    expect(parseRoute('#/runs/7/profiles/rank0-steps1')).toEqual({ page: 'notFound', path: '/runs/7/profiles/rank0-steps1' });
   });
 });

@@ -10,6 +10,7 @@ export type Route =
   | { page: 'project'; id: number }
   | { page: 'experiment'; id: number; search: string }
   | { page: 'run'; id: number }
+  | { page: 'profileTrace'; runId: number; name: string }
   | { page: 'checkpoint'; id: number }
   | { page: 'lineage'; node: { type: LineageNodeType; id: number } }
   | { page: 'compare'; runs: number[] }
@@ -42,6 +43,9 @@ export function parseRoute(hash: string): Route {
     if (match[1] === 'sweeps') return { page: 'sweep', id };
     return { page: 'run', id };
   }
+  // The profile's name as the API spells it (rank<R>-steps<A>-<B>); nothing else reaches its URL.
+  const trace = /^\/runs\/(\d+)\/profiles\/(rank\d+-steps\d+-\d+)$/.exec(path);
+  if (trace?.[2]) return { page: 'profileTrace', runId: Number(trace[1]), name: trace[2] };
   const lineage = /^\/lineage\/([a-z_]+)\/(\d+)$/.exec(path);
   if (lineage?.[1] && isNodeType(lineage[1])) {
     return { page: 'lineage', node: { type: lineage[1], id: Number(lineage[2]) } };
@@ -61,6 +65,7 @@ export const href = {
   project: (id: number) => `#/projects/${id}`,
   experiment: (id: number, search = '') => `#/experiments/${id}${search ? `?${search}` : ''}`,
   run: (id: number) => `#/runs/${id}`,
+  profileTrace: (runId: number, name: string) => `#/runs/${runId}/profiles/${encodeURIComponent(name)}`,
   checkpoint: (id: number) => `#/checkpoints/${id}`,
   lineage: (type: LineageNodeType, id: number) => `#/lineage/${type}/${id}`,
   compare: (runs: number[]) => `#/compare?runs=${runs.join(',')}`,

@@ -14,6 +14,7 @@ import { PhaseBadge } from '../components/PhaseBadge';
 import { RlHealth } from '../components/RlHealth';
 import { RunActions } from '../components/RunActions';
 import { RunPods } from '../components/RunPods';
+import { RunProfiles } from '../components/RunProfiles';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { StepRangeForm } from '../components/StepRangeForm';
 import { dateTime, orDash } from '../format';
@@ -193,6 +194,8 @@ export function Run({ id }: { id: number }) {
         {goodput.data && goodput.data.goodput === null && <Empty>Goodput is measured once an attempt has run.</Empty>}
         {goodput.data && goodput.data.goodput !== null && <GoodputSummary goodput={goodput.data} />}
       </section>
+
+      {chartsAsked && <RunProfiles run={r} live={live} />}
 
       <section>
         <h2>Checkpoints</h2>
