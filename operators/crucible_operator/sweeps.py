@@ -18,10 +18,10 @@ import kopf
 from lightkube import ApiError as KubeError
 
 from crucible.client import ApiError
-from crucible.client.calls import Call
+from crucible.client.calls import cancel_sweep, get_sweep, list_sweeps, submit_sweep
 from crucible.domain import reasons
 from crucible.domain.enums import TERMINAL_PHASES, Phase
-from crucible.schemas.sweeps import SweepPublic, SweepsPublic, SweepSubmit
+from crucible.schemas.sweeps import SweepPublic
 from crucible_operator import naming, registration
 from crucible_operator.cluster_writes import patch_status
 from crucible_operator.context import OperatorContext, memo_context
@@ -32,24 +32,6 @@ log = logging.getLogger(__name__)
 FOLLOW_SECONDS = 10.0  # a trial started or ended shows in the status within this
 RETRY_SECONDS = 5.0
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
-
-
-# calls.py holds the calls both REST clients send; only the operator sends these.
-def submit_sweep(sweep_in: SweepSubmit) -> Call[SweepPublic]:
-    return Call("submit_sweep", "POST", "/api/v1/sweeps", SweepPublic, sweep_in)
-
-
-def get_sweep(sweep_id: int) -> Call[SweepPublic]:
-    return Call("get_sweep", "GET", f"/api/v1/sweeps/{sweep_id}", SweepPublic)
-
-
-def cancel_sweep(sweep_id: int) -> Call[SweepPublic]:
-    return Call("cancel_sweep", "POST", f"/api/v1/sweeps/{sweep_id}/cancel", SweepPublic)
-
-
-def list_sweeps(project: str, cursor: str | None) -> Call[SweepsPublic]:
-    params = {"project": project, "cursor": cursor}
-    return Call("list_sweeps", "GET", "/api/v1/sweeps", SweepsPublic, params=params)
 
 
 def _running(status: kopf.Status, **_: Any) -> bool:

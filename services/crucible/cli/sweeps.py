@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.output import console, table
-from crucible.client import provenance
+from crucible.client import calls, provenance
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.errors import CrucibleError
 from crucible.domain.specs import SweepManifest
-from crucible.schemas.sweeps import SweepPublic, SweepsPublic, SweepSubmit
+from crucible.schemas.sweeps import SweepPublic, SweepSubmit
 from crucible.settings import DEFAULT_PROJECT, load_settings
 from crucible.sweeps.plan import checked_plan
 from crucible.sweeps.space import SearchSpaceError
@@ -78,8 +78,7 @@ def sweeps_run(
         code=provenance.capture(provenance.reference_code_directory()),
     )
     with client() as api:
-        answer = api.request("POST", "/api/v1/sweeps", json=request.model_dump(mode="json"))
-        sweep = SweepPublic.model_validate(answer)
+        sweep = api.send(calls.submit_sweep(request))
         console.print(f"sweep {sweep.name} is {sweep.id} ({sweep.phase})")
         if detach:
             return
@@ -87,7 +86,7 @@ def sweeps_run(
         stopped = {t.number for t in sweep.trials if t.stopped_reason}
         while not sweep.phase.is_terminal:
             time.sleep(poll)
-            sweep = SweepPublic.model_validate(api.request("GET", f"/api/v1/sweeps/{sweep.id}"))
+            sweep = api.send(calls.get_sweep(sweep.id))
             for trial in sweep.trials:
                 if trial.number not in seen:
                     seen.add(trial.number)
@@ -114,9 +113,7 @@ def sweeps_run(
 def sweeps_ls(project: ProjectOpt = DEFAULT_PROJECT) -> None:
     """The project's sweeps, newest first."""
     with client() as api:
-        page = SweepsPublic.model_validate(
-            api.request("GET", "/api/v1/sweeps", params={"project": project})
-        )
+        page = api.send(calls.list_sweeps(project))
     table(
         f"sweeps in {project}",
         ["id", "name", "phase", "metric", "trials", "best", "message"],
@@ -140,7 +137,7 @@ def sweeps_ls(project: ProjectOpt = DEFAULT_PROJECT) -> None:
 def sweeps_get(sweep_id: SweepId) -> None:
     """The sweep and every trial started so far."""
     with client() as api:
-        sweep = SweepPublic.model_validate(api.request("GET", f"/api/v1/sweeps/{sweep_id}"))
+        sweep = api.send(calls.get_sweep(sweep_id))
     _print_result(sweep)
 
 
@@ -149,7 +146,7 @@ def sweeps_get(sweep_id: SweepId) -> None:
 def sweeps_cancel(sweep_id: SweepId) -> None:
     """End the sweep: no more trials, and its running trials cancelled."""
     with client() as api:
-        sweep = SweepPublic.model_validate(api.request("POST", f"/api/v1/sweeps/{sweep_id}/cancel"))
+        sweep = api.send(calls.cancel_sweep(sweep_id))
     console.print(f"sweep {sweep.name} ({sweep.id}) is {sweep.phase}")
 
 

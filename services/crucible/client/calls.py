@@ -1,6 +1,7 @@
 """The REST calls, each described once (method, path, body, what the answer validates as),
 so that the blocking client (http.py) and the asynchronous one (async_http.py) send the same
-requests. Only the calls both clients need are here; the rest live in http.py alone."""
+requests. Only the calls both clients need are here (the operator and the CLI both send the
+sweeps'); the rest live in http.py alone."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from crucible.schemas.runs import (
     RunPublic,
     RunSubmit,
 )
+from crucible.schemas.sweeps import SweepPublic, SweepsPublic, SweepSubmit
 from crucible.schemas.tenancy import ProjectCreate, ProjectPublic, TokenCreate, TokenCreated
 
 T = TypeVar("T")
@@ -146,3 +148,20 @@ def remove_deployment(backend: str, project: str, name: str) -> Call[None]:
     """Forget a served checkpoint; one already gone is no error."""
     path = f"/api/v1/deployments/{backend}/{project}/{name}"
     return Call("remove_deployment", "DELETE", path, None)
+
+
+def submit_sweep(sweep_in: SweepSubmit) -> Call[SweepPublic]:
+    return Call("submit_sweep", "POST", "/api/v1/sweeps", SweepPublic, sweep_in)
+
+
+def get_sweep(sweep_id: int) -> Call[SweepPublic]:
+    return Call("get_sweep", "GET", f"/api/v1/sweeps/{sweep_id}", SweepPublic)
+
+
+def cancel_sweep(sweep_id: int) -> Call[SweepPublic]:
+    return Call("cancel_sweep", "POST", f"/api/v1/sweeps/{sweep_id}/cancel", SweepPublic)
+
+
+def list_sweeps(project: str, cursor: str | None = None) -> Call[SweepsPublic]:
+    params = {"project": project, "cursor": cursor}
+    return Call("list_sweeps", "GET", "/api/v1/sweeps", SweepsPublic, params=params)

@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 from crucible.core.access import SYSTEM
 from crucible.core.metrics.history import history
 from crucible.core.runs import submit_run
-from crucible.core.sweeps import cancel_trials, end_sweep
+from crucible.core.sweeps import cancel_trials, end_sweep, trial_rows
 from crucible.core.transitions import move_run
-from crucible.db.tables import MetricSeries, Project, Run, Sweep, SweepTrial
+from crucible.db.tables import Project, Sweep, SweepTrial
 from crucible.domain import reasons
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.errors import CrucibleError
@@ -50,12 +50,10 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
     plan = parse_plan(manifest.spec.plan_settings())
     controller = SweepController(plan)
     controller.load_state_dict(sweep.state)
-    trials = session.execute(
-        select(SweepTrial, Run)
-        .join(Run, Run.id == SweepTrial.run_id)
-        .where(SweepTrial.sweep_id == sweep.id)
-        .order_by(SweepTrial.number)
-    ).all()
+    # The metric's last values are read once, here: the tick changes no metric.
+    rows = trial_rows(session, sweep.id, plan.metric)
+    trials = [(trial, run) for trial, run, _, _ in rows]
+    last = {trial.number: value for trial, _, _, value in rows}
     states = [
         TrialState(
             number=trial.number,
@@ -74,7 +72,12 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
         trial.stopped_reason = stop.reason
         if not Phase(run.phase).is_terminal:
             move_run(session, run, Phase.Cancelled, reasons.REASON_STOPPED_BY_SWEEP, stop.reason)
-    finished = _finished(session, sweep, controller) if actions.start else []
+    # Phases as they stand after the stops: a trial stopped now has ended.
+    finished = [
+        (trial.point, value)
+        for trial, run in trials
+        if (value := last[trial.number]) is not None and Phase(run.phase).is_terminal
+    ]
     for number in actions.start:
         try:
             _start_trial(session, sweep, manifest, number, plan.draw(number, finished))
@@ -84,7 +87,7 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
             end_sweep(sweep, Phase.Failed, message)
             break
     if actions.finished:
-        _finish(session, sweep, controller, [t for t, _ in trials])
+        _finish(sweep, controller, [t for t, _ in trials], last)
     sweep.state = controller.state_dict()
 
 
@@ -102,10 +105,12 @@ def _new_points(
 def _start_trial(
     session: Session, sweep: Sweep, manifest: SweepManifest, number: int, point: dict[str, Any]
 ) -> None:
+    project = session.get(Project, sweep.project_id)
+    assert project is not None  # the sweep's foreign key
     run_spec = manifest.spec.run.model_dump(mode="json", by_alias=True, exclude_none=True)
     request = RunSubmit.model_validate(
         {
-            "project": _project_name(session, sweep),
+            "project": project.name,
             "manifest": trial_manifest(sweep.name, run_spec, number, point),
             "backend": Backend(sweep.backend),
             "tags": trial_tags(sweep.name, number, point),
@@ -118,40 +123,17 @@ def _start_trial(
     log.info("sweep %d (%s): trial %d started as run %d", sweep.id, sweep.name, number, run.id)
 
 
-def _finished(
-    session: Session, sweep: Sweep, controller: SweepController
-) -> list[tuple[dict[str, Any], float]]:
-    """(point, the metric's last value) of each ended trial that logged it, for TPE; one
-    ASHA stopped counts with the value it was stopped at."""
-    rows = session.execute(
-        select(SweepTrial.point, Run.phase, MetricSeries.last_value)
-        .join(Run, Run.id == SweepTrial.run_id)
-        .join(MetricSeries, MetricSeries.run_id == SweepTrial.run_id)
-        .where(SweepTrial.sweep_id == sweep.id, MetricSeries.key == controller.plan.metric)
-        .order_by(SweepTrial.number)
-    ).all()
-    return [
-        (point, value)
-        for point, phase, value in rows
-        if value is not None and Phase(phase).is_terminal
-    ]
-
-
 def _finish(
-    session: Session, sweep: Sweep, controller: SweepController, trials: list[SweepTrial]
+    sweep: Sweep,
+    controller: SweepController,
+    trials: list[SweepTrial],
+    last: dict[int, float | None],
 ) -> None:
-    """The best trial by the metric's last value; a trial the sweep stopped is not a
-    candidate (its last value is of fewer steps than the others')."""
+    """The best trial by the metric's `last` value (by trial number); a trial the sweep
+    stopped is not a candidate (its last value is of fewer steps than the others')."""
     plan = controller.plan
-    last = dict(
-        session.execute(
-            select(SweepTrial.number, MetricSeries.last_value)
-            .join(MetricSeries, MetricSeries.run_id == SweepTrial.run_id)
-            .where(SweepTrial.sweep_id == sweep.id, MetricSeries.key == plan.metric)
-        ).all()
-    )
     results = [
-        TrialResult(t.number, None if t.number in controller.stopped else last.get(t.number))
+        TrialResult(t.number, None if t.number in controller.stopped else last[t.number])
         for t in trials
     ]
     best = plan.best(results)
@@ -162,9 +144,3 @@ def _finish(
     run_id = next(t.run_id for t in trials if t.number == best.number)
     message = f"best: trial {best.number} (run {run_id}), {plan.metric} {best.value:.6g}"
     end_sweep(sweep, Phase.Succeeded, message)
-
-
-def _project_name(session: Session, sweep: Sweep) -> str:
-    project = session.get(Project, sweep.project_id)
-    assert project is not None
-    return project.name

@@ -151,18 +151,26 @@ def sweep_public(session: Session, sweep: Sweep, *, with_trials: bool) -> SweepP
     )
 
 
-def trial_publics(session: Session, sweep: Sweep, plan: SweepPlan) -> list[SweepTrialPublic]:
-    """Every trial started, by number, with its run's phase and the metric's last value."""
+def trial_rows(
+    session: Session, sweep_id: int, metric: str
+) -> list[tuple[SweepTrial, Run, int | None, float | None]]:
+    """Every trial started, by number: its row, its run, and the step and value of the
+    metric's last point (None, None before it logs one)."""
     rows = session.execute(
         select(SweepTrial, Run, MetricSeries.last_step, MetricSeries.last_value)
         .join(Run, Run.id == SweepTrial.run_id)
         .outerjoin(
             MetricSeries,
-            (MetricSeries.run_id == Run.id) & (MetricSeries.key == plan.metric),
+            (MetricSeries.run_id == Run.id) & (MetricSeries.key == metric),
         )
-        .where(SweepTrial.sweep_id == sweep.id)
+        .where(SweepTrial.sweep_id == sweep_id)
         .order_by(SweepTrial.number)
     ).all()
+    return [(trial, run, step, value) for trial, run, step, value in rows]
+
+
+def trial_publics(session: Session, sweep: Sweep, plan: SweepPlan) -> list[SweepTrialPublic]:
+    """Every trial started, by number, with its run's phase and the metric's last value."""
     return [
         SweepTrialPublic(
             number=trial.number,
@@ -174,7 +182,7 @@ def trial_publics(session: Session, sweep: Sweep, plan: SweepPlan) -> list[Sweep
             step=step,
             stopped_reason=trial.stopped_reason,
         )
-        for trial, run, step, value in rows
+        for trial, run, step, value in trial_rows(session, sweep.id, plan.metric)
     ]
 
 
