@@ -238,6 +238,18 @@ def _vite_preview(dist: Path, api_url: str, log: Path) -> Iterator[str]:
             process.kill()
 
 
+def _prepare(tmp_path: Path) -> tuple[Path, Path]:
+    """What a page's browser test needs before its server: the tools, the dashboard built
+    into `tmp_path`, the screenshots' folder (CRUCIBLE_SCREENSHOT_DIR, else a temporary one)
+    and an empty folder `server` for the server's home."""
+    _require_tools()
+    dist = _build_dashboard(tmp_path / "dist")
+    screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    screenshots.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "server").mkdir()
+    return dist, screenshots
+
+
 def _build_dashboard(dist: Path) -> Path:
     build = subprocess.run(
         [str(WEB / "node_modules" / ".bin" / "vite"), "build", f"--outDir={dist}"],
@@ -431,11 +443,7 @@ def _seed_actions(server: LocalServer) -> dict[str, Any]:
 def test_a_run_is_preempted_and_cancelled_from_its_page_and_a_viewer_is_told_why_not(
     tmp_path: Path,
 ) -> None:
-    _require_tools()
-    dist = _build_dashboard(tmp_path / "dist")
-    screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
-    screenshots.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "server").mkdir()
+    dist, screenshots = _prepare(tmp_path)
     with local_server(tmp_path / "server") as server:
         seeded = _seed_actions(server)
         with _vite_preview(dist, server.url, tmp_path / "vite.log") as base_url:

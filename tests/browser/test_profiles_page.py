@@ -8,7 +8,6 @@ Needs what tests/browser/test_dashboard.py needs, and torch.
 
 import gzip
 import json
-import os
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ import pytest
 from crucible.core.run_profiles import profile_dir
 from tests.browser.test_dashboard import (
     CHROMIUM,
-    _build_dashboard,
     _call,
-    _require_tools,
+    _prepare,
     _run_e2e,
     _submit_training_run,
     _vite_preview,
@@ -111,11 +109,7 @@ def _percent(share: float) -> str:
 def test_the_run_page_summarises_a_profile_and_its_trace_opens_as_a_timeline(
     tmp_path: Path,
 ) -> None:
-    _require_tools()
-    dist = _build_dashboard(tmp_path / "dist")
-    screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
-    screenshots.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "server").mkdir()
+    dist, screenshots = _prepare(tmp_path)
     with local_server(tmp_path / "server") as server:
         seeded = _seed(server.url, server.token, server.home)
         trace_file = profile_dir(server.home, seeded["profiled"]) / f"{PROFILE}.trace.json.gz"

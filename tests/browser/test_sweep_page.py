@@ -10,7 +10,6 @@ database, at the moments it chooses. Needs what tests/browser/test_dashboard.py 
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,8 @@ from crucible.settings import load_settings
 from crucible.workers.sweeps import advance_sweeps
 from tests.browser.test_dashboard import (
     CHROMIUM,
-    _build_dashboard,
     _call,
-    _require_tools,
+    _prepare,
     _run_e2e,
     _vite_preview,
 )
@@ -117,11 +115,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
 def test_a_sweep_page_shows_its_trials_stopped_and_best_and_a_viewer_cannot_cancel(
     tmp_path: Path,
 ) -> None:
-    _require_tools()
-    dist = _build_dashboard(tmp_path / "dist")
-    screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
-    screenshots.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "server").mkdir()
+    dist, screenshots = _prepare(tmp_path)
     with local_server(tmp_path / "server") as server:
         seeded = _seed(server)
         sweep = seeded["sweep"]
