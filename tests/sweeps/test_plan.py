@@ -89,7 +89,7 @@ def test_early_stopping_is_asha_over_the_sweeps_metric() -> None:
     ("changes", "message"),
     [
         ({"method": "bayes"}, "method must be one of grid, random, tpe, got 'bayes'"),
-        ({"metric": {"name": "loss"}}, r"metric takes name, goal; missing \['goal'\]"),
+        ({"metric": {"name": "loss"}}, r"metric takes name, goal, eval_suite; missing \['goal'\]"),
         ({"metric": {"name": "loss", "goal": "up"}}, "metric.goal must be maximize or minimize"),
         ({"budget": {"trials": 0}}, "budget.trials must be a positive integer, got 0"),
         ({"budget": {"trials": 4, "concurrency": 1.5}}, "budget.concurrency must be a positive"),

@@ -6,6 +6,10 @@ code), and a sweep whose budget has run ends with its best trial. The controller
 (ASHA's rungs, the last step seen of each trial) is saved on the sweep, so a worker that
 restarts, or another that takes the next tick, decides as this one would have.
 
+A sweep judged by an eval score (`metric.evalSuite`) reads its points from the suite's
+results of the trials' checkpoints (`core/sweep_scores.py`) and ends only once the last
+of them are in.
+
 A trial that cannot be submitted (a run of its name already there with another spec) fails
 the sweep with the reason, its running trials cancelled.
 """
@@ -19,6 +23,7 @@ from sqlalchemy.orm import Session
 from crucible.core.access import SYSTEM
 from crucible.core.metrics.history import history
 from crucible.core.runs import submit_run
+from crucible.core.sweep_scores import awaiting_scores, eval_points
 from crucible.core.sweeps import cancel_trials, end_sweep, trial_rows
 from crucible.core.transitions import move_run
 from crucible.db.tables import Project, Sweep, SweepTrial
@@ -51,17 +56,28 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
     controller = SweepController(plan)
     controller.load_state_dict(sweep.state)
     # The metric's last values are read once, here: the tick changes no metric.
-    rows = trial_rows(session, sweep.id, plan.metric)
+    rows = trial_rows(session, sweep.id, plan)
     trials = [(trial, run) for trial, run, _, _ in rows]
     last = {trial.number: value for trial, _, _, value in rows}
+    run_ids = [run.id for _, run in trials]
+    scores: dict[int, list[tuple[int, float]]] = {}
+    awaiting: set[int] = set()
+    if plan.eval_suite is not None:
+        scores = eval_points(session, run_ids, plan.eval_suite, plan.metric)
+        awaiting = awaiting_scores(session, run_ids, plan.eval_suite)
     states = [
         TrialState(
             number=trial.number,
             run_id=run.id,
             ended=Phase(run.phase).is_terminal,
-            points=_new_points(
-                session, run.id, plan.metric, after=controller.last_step_seen(trial.number)
+            points=(
+                _new_points(
+                    session, run.id, plan.metric, after=controller.last_step_seen(trial.number)
+                )
+                if plan.eval_suite is None
+                else scores.get(run.id, [])
             ),
+            scored=run.id not in awaiting,
         )
         for trial, run in trials
     ]
@@ -76,7 +92,9 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
     finished = [
         (trial.point, value)
         for trial, run in trials
-        if (value := last[trial.number]) is not None and Phase(run.phase).is_terminal
+        if (value := last[trial.number]) is not None
+        and Phase(run.phase).is_terminal
+        and run.id not in awaiting
     ]
     for number in actions.start:
         try:

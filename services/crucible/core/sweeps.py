@@ -11,6 +11,7 @@ from crucible.core.access import Principal
 from crucible.core.lookups import get_or_404, listed_project_id, project_by_name
 from crucible.core.pagination import paginate
 from crucible.core.runs import require_project_namespace
+from crucible.core.sweep_scores import eval_points
 from crucible.core.transitions import move_run
 from crucible.db.tables import MetricSeries, Run, Sweep, SweepTrial
 from crucible.domain import reasons
@@ -34,14 +35,10 @@ def plan_of(manifest: SweepManifest) -> SweepPlan:
         raise InvalidInput("manifest.spec", settings, str(error), location="body") from None
 
 
-def submit_sweep(*, session: Session, principal: Principal, sweep_in: SweepSubmit) -> SweepPublic:
-    """Create a sweep, or return the existing one when the same submission is repeated."""
-    project = project_by_name(session, sweep_in.project)
-    principal.require(project.id, Role.editor, entity="project", key=sweep_in.project)
-    manifest = sweep_in.manifest
+def check_sweep(manifest: SweepManifest) -> SweepPlan:
+    """What a sweep must pass beyond its schema, before anything is written: a name its
+    trials' names fit, and its plan (every trial's config) as `plan_of` checks it."""
     name = manifest.metadata.name
-    if sweep_in.backend is Backend.kubernetes:
-        require_project_namespace(project, manifest.metadata.namespace)
     if len(name) > MAX_SWEEP_NAME:
         raise InvalidInput(
             "manifest.metadata.name",
@@ -50,7 +47,47 @@ def submit_sweep(*, session: Session, principal: Principal, sweep_in: SweepSubmi
             "<sweep>-<3 digits>, which a run name must fit",
             location="body",
         )
-    plan_of(manifest)
+    plan = plan_of(manifest)
+    if plan.eval_suite is not None:
+        check_eval_metric(manifest, plan.eval_suite)
+    return plan
+
+
+def check_eval_metric(manifest: SweepManifest, suite: str) -> None:
+    """A sweep judged by an eval score needs the trials' checkpoints scored by that suite,
+    and ASHA's first rung no earlier than the first checkpoint."""
+    run = manifest.spec.run
+    suites = [policy.suite for policy in run.evals]
+    if suite not in suites:
+        raise InvalidInput(
+            "manifest.spec.metric.evalSuite",
+            suite,
+            f"the trials' checkpoints are scored only by the suites in spec.run.evals "
+            f"({', '.join(suites) or 'none'}); add `- suite: {suite}` there",
+            location="body",
+        )
+    stopping = manifest.spec.early_stopping
+    every = run.checkpoints.every_steps
+    if stopping is not None and stopping.min_steps < every:
+        raise InvalidInput(
+            "manifest.spec.earlyStopping.minSteps",
+            stopping.min_steps,
+            f"ASHA on an eval score judges trials at their checkpoints, every {every} steps "
+            "(spec.run.checkpoints.everySteps): a rung below that would be judged on a later "
+            "checkpoint; make minSteps at least everySteps",
+            location="body",
+        )
+
+
+def submit_sweep(*, session: Session, principal: Principal, sweep_in: SweepSubmit) -> SweepPublic:
+    """Create a sweep, or return the existing one when the same submission is repeated."""
+    project = project_by_name(session, sweep_in.project)
+    principal.require(project.id, Role.editor, entity="project", key=sweep_in.project)
+    manifest = sweep_in.manifest
+    name = manifest.metadata.name
+    if sweep_in.backend is Backend.kubernetes:
+        require_project_namespace(project, manifest.metadata.namespace)
+    check_sweep(manifest)
     manifest_json = manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
     digest = spec_digest(manifest_json["spec"])
     existing = session.scalar(
@@ -152,16 +189,30 @@ def sweep_public(session: Session, sweep: Sweep, *, with_trials: bool) -> SweepP
 
 
 def trial_rows(
-    session: Session, sweep_id: int, metric: str
+    session: Session, sweep_id: int, plan: SweepPlan
 ) -> list[tuple[SweepTrial, Run, int | None, float | None]]:
     """Every trial started, by number: its row, its run, and the step and value of the
-    metric's last point (None, None before it logs one)."""
+    metric's last point (None, None before there is one): the last point the trial logged,
+    or its latest checkpoint's score under `plan.eval_suite`."""
+    if plan.eval_suite is not None:
+        started = session.execute(
+            select(SweepTrial, Run)
+            .join(Run, Run.id == SweepTrial.run_id)
+            .where(SweepTrial.sweep_id == sweep_id)
+            .order_by(SweepTrial.number)
+        ).all()
+        scores = eval_points(session, [run.id for _, run in started], plan.eval_suite, plan.metric)
+        last: list[tuple[SweepTrial, Run, int | None, float | None]] = []
+        for trial, run in started:
+            step, value = scores[run.id][-1] if run.id in scores else (None, None)
+            last.append((trial, run, step, value))
+        return last
     rows = session.execute(
         select(SweepTrial, Run, MetricSeries.last_step, MetricSeries.last_value)
         .join(Run, Run.id == SweepTrial.run_id)
         .outerjoin(
             MetricSeries,
-            (MetricSeries.run_id == Run.id) & (MetricSeries.key == metric),
+            (MetricSeries.run_id == Run.id) & (MetricSeries.key == plan.metric),
         )
         .where(SweepTrial.sweep_id == sweep_id)
         .order_by(SweepTrial.number)
@@ -182,7 +233,7 @@ def trial_publics(session: Session, sweep: Sweep, plan: SweepPlan) -> list[Sweep
             step=step,
             stopped_reason=trial.stopped_reason,
         )
-        for trial, run, step, value in trial_rows(session, sweep.id, plan.metric)
+        for trial, run, step, value in trial_rows(session, sweep.id, plan)
     ]
 
 

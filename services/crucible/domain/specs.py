@@ -558,6 +558,15 @@ class SweepMetric(SpecModel):
         str, Field(min_length=1, max_length=200, description="A metric key the trials log.")
     ]
     goal: Annotated[Literal["maximize", "minimize"], Field(description="Which way is better.")]
+    eval_suite: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=63,  # the length the evals table keeps
+            description="Judge trials by this eval suite's score `name` of their checkpoints "
+            "(a suite in `run.evals`), not by a metric they log.",
+        ),
+    ] = None
 
 
 class SweepBudget(SpecModel):

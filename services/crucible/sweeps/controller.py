@@ -27,6 +27,10 @@ class TrialState:
     points: Sequence[tuple[int, float]]
     """(step, value) of the sweep's metric so far, by step."""
 
+    scored: bool = True
+    """Every value of the metric the trial will have is in: false while an eval score of
+    one of its checkpoints may still come (`core/sweep_scores.py`), after the run ended."""
+
 
 @dataclass(frozen=True)
 class Stop:
@@ -42,7 +46,7 @@ class Actions:
 
     stop: list[Stop]
     finished: bool
-    """Every trial of the budget has started and ended."""
+    """Every trial of the budget has started, ended and been scored."""
 
 
 class SweepController:
@@ -64,7 +68,7 @@ class SweepController:
         return Actions(
             start=self.plan.to_start(started=len(trials), running=running),
             stop=stops,
-            finished=len(trials) == self.plan.trials and all(t.ended for t in trials),
+            finished=len(trials) == self.plan.trials and all(t.ended and t.scored for t in trials),
         )
 
     def results(self, trials: Sequence[TrialState]) -> list[TrialResult]:

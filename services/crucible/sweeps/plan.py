@@ -4,7 +4,7 @@ sweep's trials in the database and starts them as runs asks it, and a restarted 
 gets the same answers from the same trials.
 
     method: random            # grid | random | tpe
-    metric: {name: eval/accuracy, goal: maximize}
+    metric: {name: eval/accuracy, goal: maximize}   # eval_suite: arithmetic, for its scores
     budget: {trials: 32, concurrency: 4}
     early_stopping: {min_steps: 100, max_steps: 2700, reduction_factor: 3}   # ASHA; optional
     seed: 0
@@ -47,6 +47,9 @@ class SweepPlan:
     concurrency: int
     seed: int
     early_stopping: dict[str, int] | None
+    eval_suite: str | None = None
+    """Set: the metric is this suite's score `metric` of each trial's checkpoints, at their
+    steps; unset: the metric the trials log."""
 
     def point(self, number: int) -> Point:
         """Trial `number`'s values (0-based) under grid or random; under tpe, the random
@@ -116,9 +119,12 @@ def parse_plan(spec: Mapping[str, Any]) -> SweepPlan:
     method = spec.get("method", "random")
     if method not in METHODS:
         raise SearchSpaceError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    metric = _section(spec, "metric", required=("name", "goal"))
+    metric = _section(spec, "metric", required=("name", "goal"), optional=("eval_suite",))
     if not isinstance(metric["name"], str) or not metric["name"]:
         raise SearchSpaceError(f"metric.name must be a metric key, got {metric['name']!r}")
+    eval_suite = metric.get("eval_suite")
+    if eval_suite is not None and (not isinstance(eval_suite, str) or not eval_suite):
+        raise SearchSpaceError(f"metric.eval_suite must be a suite's name, got {eval_suite!r}")
     if metric["goal"] not in GOALS:
         raise SearchSpaceError(f"metric.goal must be maximize or minimize, got {metric['goal']!r}")
     budget = _section(spec, "budget", required=("trials",), optional=("concurrency",))
@@ -158,6 +164,7 @@ def parse_plan(spec: Mapping[str, Any]) -> SweepPlan:
         concurrency=concurrency,
         seed=seed,
         early_stopping=stopping,
+        eval_suite=eval_suite,
     )
     try:
         plan.stopper()  # ASHA checks its own settings
