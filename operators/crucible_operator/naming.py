@@ -8,6 +8,8 @@ from crucible.domain.resources import (
     KIND_BY_NAME,
     KINDS,
     LABEL_RUN,
+    SERVED_MODEL_KIND,
+    SERVED_MODEL_PLURAL,
     VERSION,
     KindInfo,
 )
@@ -18,6 +20,8 @@ __all__ = [
     "KINDS",
     "KIND_BY_NAME",
     "LABEL_RUN",
+    "SERVED_MODEL_KIND",
+    "SERVED_MODEL_PLURAL",
     "VERSION",
     "KindInfo",
 ]
@@ -32,9 +36,6 @@ MANAGED_BY = "crucible-operator"
 
 # Held on every pod of an attempt until the whole gang fits (all pods or none).
 GANG_GATE = f"{GROUP}/gang"
-
-# A checkpoint served behind a Deployment and a Service (serving.py); not a run.
-SERVED_MODEL_KIND, SERVED_MODEL_PLURAL = "ServedModel", "servedmodels"
 
 # Trials of a hyperparameter sweep, each a TrainingRun the control plane creates (sweeps.py);
 # not a run either.

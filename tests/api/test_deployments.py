@@ -1,5 +1,7 @@
 """Served checkpoints: a backend reports each one it serves, the API resolves its checkpoint
-reference in the project on every report, and tokens list only what they may see."""
+reference in the project on every report, tokens list only what they may see, and editors
+promote a checkpoint to one (the worker's patch of the ServedModel: tests/operator/
+test_served_models.py)."""
 
 from datetime import UTC, datetime
 from typing import Any
@@ -7,8 +9,11 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
-from crucible.db.tables import Checkpoint
+from crucible.core import deployments
+from crucible.db.tables import Checkpoint, OutboxMessage, RunEvent
+from crucible.workers import handlers, kubernetes
 from tests.api.test_checkpoints_datasets import record_eval, register_checkpoint, submit_train
 from tests.conftest import bearer, make_project, make_token
 
@@ -250,3 +255,137 @@ def test_refusals_that_need_the_database(admin: TestClient, run_id: int) -> None
     )
     assert foreign.status_code == 422 and "serving_checkpoint_id" in foreign.text
     assert listed(admin) == []
+
+
+# --- promotion --------------------------------------------------------------------------------
+
+
+def promotions(app: FastAPI) -> list[dict[str, Any]]:
+    """The promotions waiting for the workers, oldest first, with their dedupe keys."""
+    with app.state.session_factory() as session:
+        rows = session.scalars(
+            select(OutboxMessage)
+            .where(OutboxMessage.topic == "deployment.promoted")
+            .order_by(OutboxMessage.id)
+        )
+        return [{"key": row.dedupe_key, "id": row.id, **row.payload} for row in rows]
+
+
+def promote(client: TestClient, deployment_id: int, checkpoint_id: Any, **kwargs: Any) -> Any:
+    return client.post(
+        f"{API}/{deployment_id}/promote", json={"checkpoint_id": checkpoint_id}, **kwargs
+    )
+
+
+def test_a_promotion_is_accepted_recorded_and_enqueued_together(
+    admin: TestClient, app: FastAPI, run_id: int
+) -> None:
+    old, new = (register_checkpoint(admin, run_id, step)["id"] for step in (100, 200))
+    chat = put(admin, report({"run": "sft-1"}, serving=old))
+    editor = bearer(make_token(admin, "alpha", "editor"))
+
+    response = promote(admin, chat["id"], new, headers=editor)
+    assert response.status_code == 202, response.text
+    accepted = {"deployment_id": chat["id"], "checkpoint_id": new, "namespace": "alpha"}
+    assert response.json() == accepted | {"name": "chat"}
+
+    # The run's timeline says who asked for what, and what the pods served before.
+    events = admin.get(f"/api/v1/runs/{run_id}/events").json()
+    promoted = [e for e in events if e["type"] == "CheckpointPromoted"]
+    assert len(promoted) == 1
+    assert promoted[0]["message"] == "checkpoint at step 200 promoted to deployment 'chat'"
+    assert promoted[0]["data"]["serving_checkpoint_id"] == old
+    assert promoted[0]["data"]["token_id"] is not None
+    [message] = promotions(app)
+    assert message["key"] == f"deployment.promoted:{chat['id']}:{promoted[0]['id']}"
+    assert message | accepted == message and message["event_id"] == promoted[0]["id"]
+
+    # Nothing about the deployment changes until the operator reports the new reference.
+    assert admin.get(f"{API}/{chat['id']}").json() == chat
+    # Promoting it again, or back, is another promotion each time.
+    assert promote(admin, chat["id"], new).status_code == 202
+    assert promote(admin, chat["id"], old).status_code == 202
+    assert [m["checkpoint_id"] for m in promotions(app)] == [new, new, old]
+
+
+def test_a_failure_after_the_enqueue_leaves_neither_the_event_nor_the_message(
+    admin: TestClient, app: FastAPI, run_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = register_checkpoint(admin, run_id, 100)["id"]
+    chat = put(admin, report({"run": "sft-1"}))
+    real_enqueue = deployments.enqueue
+
+    def enqueue_then_fail(*args: Any, **kwargs: Any) -> None:
+        real_enqueue(*args, **kwargs)
+        raise RuntimeError("the database went away mid-request")
+
+    monkeypatch.setattr(deployments, "enqueue", enqueue_then_fail)
+    with pytest.raises(RuntimeError):
+        promote(admin, chat["id"], checkpoint)
+    assert promotions(app) == []
+    with app.state.session_factory() as session:
+        assert session.scalars(select(RunEvent.type)).all().count("CheckpointPromoted") == 0
+
+
+def test_promotion_refusals_name_the_reason_and_enqueue_nothing(
+    admin: TestClient, client: TestClient, app: FastAPI, run_id: int
+) -> None:
+    make_project(admin, "beta")
+    elsewhere = register_checkpoint(admin, submit_train(admin, project="beta")["id"], 10)["id"]
+    retired = register_checkpoint(admin, run_id, 100)["id"]
+    with app.state.session_factory.begin() as session:
+        session.get_one(Checkpoint, retired).deleted_at = datetime.now(UTC)
+    live = register_checkpoint(admin, run_id, 200)["id"]
+    chat = put(admin, report({"run": "sft-1"}))
+
+    for checkpoint, reason in (
+        (elsewhere, f"checkpoint {elsewhere} does not exist in project 'alpha'"),
+        (999999, "checkpoint 999999 does not exist in project 'alpha'"),
+        (retired, f"checkpoint {retired} was deleted by retention; name another checkpoint"),
+    ):
+        refused = promote(admin, chat["id"], checkpoint)
+        assert refused.status_code == 422, refused.text
+        [error] = refused.json()["detail"]
+        assert error["loc"] == ["body", "checkpoint_id"] and reason in error["msg"]
+
+    viewer = promote(client, chat["id"], live, headers=bearer(make_token(admin, "alpha", "viewer")))
+    assert viewer.status_code == 403
+    assert viewer.json()["detail"] == "this token's role viewer cannot do this; it needs editor"
+    beta_admin = bearer(make_token(admin, "beta", "admin"))
+    hidden = promote(client, chat["id"], live, headers=beta_admin)
+    assert (
+        hidden.status_code == 404
+        and hidden.json()["detail"] == f"deployment {chat['id']} not found"
+    )
+    missing = promote(admin, chat["id"] + 100, live)
+    assert missing.status_code == 404, missing.text
+    local = admin.put(f"{API}/local/alpha/laptop", json=report({"run": "sft-1"})).json()
+    on_local = promote(admin, local["id"], live)
+    assert on_local.status_code == 409 and "local backend" in on_local.json()["detail"]
+    assert promotions(app) == []
+
+
+def test_the_worker_patches_only_the_latest_promotion_of_a_deployment(
+    admin: TestClient, app: FastAPI, run_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = (register_checkpoint(admin, run_id, step)["id"] for step in (100, 200))
+    chat = put(admin, report({"run": "sft-1"}))
+    other = put(admin, report({"run": "sft-1"}), name="other")
+    patched: list[tuple[str, str, int]] = []
+
+    def serve_checkpoint(namespace: str, name: str, checkpoint_id: int) -> str:
+        patched.append((namespace, name, checkpoint_id))
+        return "patched"
+
+    monkeypatch.setattr(kubernetes, "serve_checkpoint", serve_checkpoint)
+    for deployment, checkpoint in ((chat, first), (chat, second), (other, first)):
+        assert promote(admin, deployment["id"], checkpoint).status_code == 202
+    stale, newest, elsewhere = promotions(app)
+    # Delivered out of order: the newer promotion first, then the stale one, which must not
+    # undo it; another deployment's promotion is its own.
+    factory = app.state.session_factory
+    assert handlers.handle_message(factory, newest["id"]) == "patched"
+    assert "later promotion" in handlers.handle_message(factory, stale["id"])
+    assert handlers.handle_message(factory, elsewhere["id"]) == "patched"
+    assert handlers.handle_message(factory, newest["id"]) == "already handled"
+    assert patched == [("alpha", "chat", second), ("alpha", "other", first)]

@@ -79,3 +79,38 @@ def test_list_and_show_what_the_backend_reported(
     assert live_api.list_deployments("serving").items == []
     missing = crucible(live_server.env, "deployments", "show", str(chat.id))
     assert missing.returncode == 1 and f"deployment {chat.id} not found" in missing.stderr
+
+
+def test_promote_says_what_will_serve_it_and_why_not(
+    live_server: LocalServer, live_api: CrucibleClient
+) -> None:
+    live_api.create_project("promoting")
+    live_api.create_project("elsewhere")
+    run = live_api.submit_run(RunSubmit(project="promoting", manifest=training_run(name="sft")))
+    old, new = (
+        live_api.register_checkpoint(
+            run.id, CheckpointCreate(step=step, **checkpoint_files(run.id, step, f"p{step}"))
+        )
+        for step in (100, 200)
+    )
+    report = DeploymentReport(
+        checkpoint=CheckpointRef(id=old.id),
+        replicas=1,
+        ready_replicas=1,
+        serving_checkpoint_id=old.id,
+        phase=DeploymentPhase.Ready,
+    )
+    chat = live_api.report_deployment("kubernetes", "promoting", "chat", report)
+
+    promoted = crucible(live_server.env, "deployments", "promote", str(chat.id), str(new.id))
+    assert promoted.returncode == 0, promoted.stderr
+    assert promoted.stdout.strip() == (
+        f"promotion accepted: ServedModel promoting/chat will serve checkpoint {new.id}"
+    )
+    other = live_api.submit_run(RunSubmit(project="elsewhere", manifest=training_run(name="o")))
+    foreign = live_api.register_checkpoint(
+        other.id, CheckpointCreate(step=1, **checkpoint_files(other.id, 1, "o"))
+    )
+    refused = crucible(live_server.env, "deployments", "promote", str(chat.id), str(foreign.id))
+    assert refused.returncode == 1
+    assert f"checkpoint {foreign.id} does not exist in project 'promoting'" in refused.stderr

@@ -684,22 +684,28 @@ def test_operator_may_create_only_the_workload_token_secret(installed: Release) 
     assert "created (server dry run)" in create_as_operator("crucible-workload-token")
 
 
-def test_control_plane_and_workers_may_only_touch_runs(installed: Release) -> None:
+def test_control_plane_and_workers_may_only_touch_runs_and_promote(installed: Release) -> None:
     ns = installed.namespace
-    expected = {
-        f"system:serviceaccount:{ns}:crucible-control-plane": {
-            "create",
-            "get",
-            "list",
-            "patch",
-            "delete",
+    control_plane = {"create", "get", "list", "patch", "delete"}
+    worker = {"get", "list", "create", "patch"}
+    expected: dict[str, dict[str, set[str]]] = {
+        f"system:serviceaccount:{ns}:crucible-control-plane": dict.fromkeys(CRS, control_plane),
+        # A promotion sets a ServedModel's spec.checkpoint; nothing else of it, nor its status.
+        f"system:serviceaccount:{ns}:crucible-worker": {
+            **dict.fromkeys(CRS, worker),
+            "servedmodels.crucible.dev": {"get", "patch"},
         },
-        f"system:serviceaccount:{ns}:crucible-worker": {"get", "list", "create", "patch"},
     }
-    for sa, verbs in expected.items():
-        allowed = {cr: verbs for cr in CRS}
+    denied = (
+        "secrets",
+        "pods",
+        "trainingruns.crucible.dev/status",
+        "servedmodels.crucible.dev",
+        "servedmodels.crucible.dev/status",
+    )
+    for sa, allowed in expected.items():
         wrong = permission_matrix(
-            sa, allowed, ("secrets", "pods", "trainingruns.crucible.dev/status"), project="default"
+            sa, allowed, tuple(r for r in denied if r not in allowed), project="default"
         )
         assert not wrong, f"{sa}:\n" + "\n".join(wrong)
 

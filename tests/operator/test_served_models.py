@@ -1,9 +1,9 @@
 """ServedModels on the local cluster's kwok nodes, with the operator, the control plane and
 the workers running as deployed (tests/k8s/operator_stack.py): the Deployment and Service
 made, the status and the control plane saying which checkpoint is served, a promotion
-rolled, a run's latest checkpoint followed, a reference that does not resolve explained,
-and a deletion forgotten. (The pods answering completions on the real node:
-tests/k8s/test_real_node.py.)"""
+rolled (by hand, and through the API and the workers), a run's latest checkpoint followed, a
+reference that does not resolve explained, and a deletion forgotten. (The pods answering
+completions on the real node: tests/k8s/test_real_node.py.)"""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from crucible.workers import kubernetes
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -148,6 +149,60 @@ def test_a_served_checkpoint_is_a_deployment_and_service_and_a_promotion_rolls_i
         "the API to show the promotion",
         lambda: listed(stack, ns)["arith"]["serving_checkpoint_id"] == second,
     )
+
+
+def spec_checkpoint(namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = h.kubectl_json("get", "servedmodel", name, namespace=namespace)
+    return dict(found["spec"]["checkpoint"])
+
+
+def test_a_checkpoint_promoted_through_the_api_is_patched_in_and_rolled_to(
+    stack: Stack, ns: str
+) -> None:
+    run = source_run(stack, ns)
+    first, second = add_checkpoint(stack, run, 10), add_checkpoint(stack, run, 20)
+    # It follows the run's latest: a promotion pins it, replacing the whole reference.
+    h.apply(served_model("chat", {"run": "src", "checkpoint": "latest"}, 1), namespace=ns)
+    wait_serving(stack, ns, "chat", second)
+    deployment = stack.wait_for("the deployment in the API", lambda: listed(stack, ns).get("chat"))
+
+    accepted = stack.post(f"/deployments/{deployment['id']}/promote", {"checkpoint_id": first})
+    assert accepted == {
+        "deployment_id": deployment["id"],
+        "checkpoint_id": first,
+        "namespace": ns,
+        "name": "chat",
+    }
+    stack.wait_for(
+        "the worker to patch spec.checkpoint",
+        # (the CRD defaults `checkpoint: latest` in, which an id makes moot)
+        lambda: spec_checkpoint(ns, "chat") == {"id": first, "checkpoint": "latest"},
+        seconds=30,
+    )
+    status = wait_serving(stack, ns, "chat", first)
+    assert status["wantedCheckpoint"]["id"] == first
+    shown = stack.wait_for(
+        "the API to show the promotion served",
+        lambda: (d := listed(stack, ns)["chat"])["serving_checkpoint_id"] == first and d,
+    )
+    assert shown["checkpoint_id"] == first and shown["checkpoint"]["id"] == first
+    assert shown["checkpoint"]["run"] is None
+    # A newer checkpoint of the run no longer moves it.
+    add_checkpoint(stack, run, 30)
+    assert listed(stack, ns)["chat"]["checkpoint_id"] == first
+
+
+def test_promoting_to_a_served_model_that_is_gone_is_reported_not_retried(
+    cluster: h.Cluster, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler's own call, as the workers make it: a 404 says so and is acknowledged."""
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
+    kubernetes._client.cache_clear()
+    try:
+        outcome = kubernetes.serve_checkpoint(ns, "never-applied", 7)
+    finally:
+        kubernetes._client.cache_clear()
+    assert outcome == f"ServedModel {ns}/never-applied is gone; nothing to promote"
 
 
 def test_a_run_named_as_latest_is_followed_to_its_newer_checkpoints(stack: Stack, ns: str) -> None:

@@ -1,5 +1,5 @@
-"""`crucible deployments`: the served checkpoints the backends report, and which checkpoint
-each serves."""
+"""`crucible deployments`: the served checkpoints the backends report, which checkpoint each
+serves, and promoting another to one."""
 
 from typing import Annotated
 
@@ -7,7 +7,7 @@ import typer
 
 from crucible.cli.common import client, friendly_errors
 from crucible.cli.output import table
-from crucible.schemas.deployments import CheckpointBrief, DeploymentPublic
+from crucible.schemas.deployments import CheckpointBrief, DeploymentPublic, PromotionAccepted
 
 deployments_app = typer.Typer(no_args_is_help=True, help="Served checkpoints.")
 
@@ -55,6 +55,24 @@ def deployments_show(
     with client() as api:
         deployment: DeploymentPublic = api.get_deployment(deployment_id)
     typer.echo(deployment.model_dump_json(indent=2, by_alias=True))
+
+
+@deployments_app.command("promote")
+@friendly_errors
+def deployments_promote(
+    deployment_id: Annotated[int, typer.Argument(help="The deployment's id.")],
+    checkpoint_id: Annotated[
+        int, typer.Argument(help="A live checkpoint of the deployment's project.")
+    ],
+) -> None:
+    """Serve another checkpoint from a deployment (editor tokens). The endpoint's pods roll to
+    it one at a time; `crucible deployments list` shows it WANTED, then SERVING."""
+    with client() as api:
+        accepted: PromotionAccepted = api.promote_checkpoint(deployment_id, checkpoint_id)
+    typer.echo(
+        f"promotion accepted: ServedModel {accepted.namespace}/{accepted.name} will serve "
+        f"checkpoint {accepted.checkpoint_id}"
+    )
 
 
 def describe(checkpoint: CheckpointBrief | None) -> str:

@@ -12,7 +12,12 @@ from pydantic import BaseModel, TypeAdapter
 
 from crucible.schemas.cluster import ClusterReport, ReportReceived
 from crucible.schemas.common import Page
-from crucible.schemas.deployments import DeploymentPublic, DeploymentReport
+from crucible.schemas.deployments import (
+    DeploymentPublic,
+    DeploymentReport,
+    Promotion,
+    PromotionAccepted,
+)
 from crucible.schemas.lineage import CheckpointPublic, EvalResultPublic
 from crucible.schemas.runs import (
     AttemptEnd,
@@ -148,6 +153,13 @@ def remove_deployment(backend: str, project: str, name: str) -> Call[None]:
     """Forget a served checkpoint; one already gone is no error."""
     path = f"/api/v1/deployments/{backend}/{project}/{name}"
     return Call("remove_deployment", "DELETE", path, None)
+
+
+def promote_checkpoint(deployment_id: int, checkpoint_id: int) -> Call[PromotionAccepted]:
+    """Ask a deployment to serve a checkpoint of its project; a worker patches its resource."""
+    path = f"/api/v1/deployments/{deployment_id}/promote"
+    body = Promotion(checkpoint_id=checkpoint_id)
+    return Call("promote_checkpoint", "POST", path, PromotionAccepted, body)
 
 
 def submit_sweep(sweep_in: SweepSubmit) -> Call[SweepPublic]:

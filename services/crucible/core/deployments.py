@@ -6,6 +6,10 @@ so a deployment that follows a run's `latest` or `best:<metric>` learns here whi
 that is now; the operator rolls its pods when it differs from the one they serve. A reference
 that does not resolve is stored with the reason, not refused: the operator shows the reason
 on the resource, and the next report may resolve it.
+
+A promotion (an editor asking a deployment to serve another checkpoint) changes nothing here:
+it is recorded on the checkpoint's run and handed to the workers, which set the ServedModel's
+`spec.checkpoint`; the operator's next report then carries the new reference.
 """
 
 from typing import Any
@@ -15,20 +19,24 @@ from sqlalchemy.orm import Session
 
 from crucible.core.access import Principal
 from crucible.core.checkpoints import BestMode, best_live_checkpoint, latest_live_checkpoint
+from crucible.core.events import TOPIC_DEPLOYMENT_PROMOTED, enqueue, record_event
 from crucible.core.inputs import CHECKPOINT_PRODUCER_KINDS, producer_named
 from crucible.core.lookups import get_or_404, listed_project_id, project_by_name
 from crucible.core.pagination import paginate
-from crucible.db.tables import Checkpoint, Deployment, Project, Run
+from crucible.db.tables import Checkpoint, Deployment, OutboxMessage, Project, Run
 from crucible.db.types import utcnow
 from crucible.db.upsert import insert_statement
+from crucible.domain import reasons
 from crucible.domain.enums import Backend, Role
-from crucible.domain.errors import InvalidInput
+from crucible.domain.errors import Conflict, InvalidInput
 from crucible.domain.specs import CheckpointRef
 from crucible.schemas.deployments import (
     CheckpointBrief,
     DeploymentPublic,
     DeploymentReport,
     DeploymentsPublic,
+    Promotion,
+    PromotionAccepted,
 )
 
 
@@ -120,6 +128,76 @@ def get_deployment(
     row = get_or_404(session, Deployment, deployment_id, "deployment")
     principal.require(row.project_id, Role.viewer, entity="deployment", key=deployment_id)
     return _publics(session, [row])[0]
+
+
+def promote_checkpoint(
+    *, session: Session, principal: Principal, deployment_id: int, promotion: Promotion
+) -> PromotionAccepted:
+    """Ask a deployment to serve a checkpoint of its project (editor). From then on its
+    reference is that checkpoint's id: one that followed a run's latest or best stops
+    following it."""
+    row = get_or_404(session, Deployment, deployment_id, "deployment")
+    principal.require(row.project_id, Role.editor, entity="deployment", key=deployment_id)
+    if row.backend != Backend.kubernetes.value:
+        raise Conflict(
+            f"deployment {deployment_id} is served by the {row.backend} backend; only a "
+            "Kubernetes ServedModel can be promoted here: restart the local one on the checkpoint"
+        )
+    # Promotions of one deployment queue here, so the one committed last also has the highest
+    # outbox id: how the worker tells a stale promotion from the one to serve.
+    session.refresh(row, with_for_update=True)
+    project = session.get_one(Project, row.project_id)
+    checkpoint, why_not = _resolve(session, project, CheckpointRef(id=promotion.checkpoint_id))
+    if checkpoint is None:
+        assert why_not is not None
+        raise InvalidInput("checkpoint_id", promotion.checkpoint_id, why_not, location="body")
+    accepted = PromotionAccepted(
+        deployment_id=row.id,
+        checkpoint_id=checkpoint.id,
+        namespace=project.namespace,
+        name=row.name,
+    )
+    event = record_event(
+        session,
+        run_id=checkpoint.run_id,
+        type=reasons.EVENT_CHECKPOINT_PROMOTED,
+        message=f"checkpoint at step {checkpoint.step} promoted to deployment {row.name!r}",
+        data={
+            **accepted.model_dump(),
+            "serving_checkpoint_id": row.serving_checkpoint_id,
+            "token_id": principal.token_id,
+        },
+    )
+    session.flush()
+    enqueue(
+        session,
+        topic=TOPIC_DEPLOYMENT_PROMOTED,
+        key=_promotion_key(row.id, event.id),
+        payload={**accepted.model_dump(), "event_id": event.id},
+    )
+    session.flush()
+    return accepted
+
+
+def promotion_superseded(session: Session, *, deployment_id: int, event_id: int) -> bool:
+    """Whether a later promotion of the deployment was enqueued after this one: messages may
+    be handled out of order, and a stale one must not undo the newer."""
+    prefix = f"{TOPIC_DEPLOYMENT_PROMOTED}:{_promotion_key(deployment_id, '')}"
+    newest = session.scalar(
+        select(OutboxMessage.dedupe_key)
+        .where(
+            OutboxMessage.topic == TOPIC_DEPLOYMENT_PROMOTED,
+            OutboxMessage.dedupe_key.startswith(prefix),
+        )
+        .order_by(OutboxMessage.id.desc())
+        .limit(1)
+    )
+    return newest is not None and newest != prefix + str(event_id)
+
+
+def _promotion_key(deployment_id: int, event_id: int | str) -> str:
+    """Unique per promotion (by its event), so promoting A, then B, then A again is three."""
+    return f"{deployment_id}:{event_id}"
 
 
 def _resolve(

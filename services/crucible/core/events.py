@@ -13,6 +13,7 @@ TOPIC_RUN_INTERRUPTED = "run.interrupted"
 TOPIC_RUN_FINISHED = "run.finished"
 TOPIC_ATTEMPT_ENDED = "attempt.ended"
 TOPIC_CHECKPOINT_REGISTERED = "checkpoint.registered"
+TOPIC_DEPLOYMENT_PROMOTED = "deployment.promoted"
 
 
 def record_event(
@@ -23,8 +24,10 @@ def record_event(
     reason: str = "",
     message: str = "",
     data: dict[str, Any] | None = None,
-) -> None:
-    session.add(RunEvent(run_id=run_id, type=type, reason=reason, message=message, data=data or {}))
+) -> RunEvent:
+    event = RunEvent(run_id=run_id, type=type, reason=reason, message=message, data=data or {})
+    session.add(event)
+    return event
 
 
 def enqueue(session: Session, *, topic: str, key: str, payload: dict[str, Any]) -> None:

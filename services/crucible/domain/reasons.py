@@ -51,3 +51,5 @@ EVENT_CHECKPOINT_DAMAGED = "CheckpointDamaged"
 EVENT_CHECKPOINT_VERIFIED = "CheckpointVerified"  # the digest of the one recovery chose matched
 EVENT_CHECKPOINT_RETIRED = "CheckpointRetired"
 EVENT_DATASET_VERSION_REGISTERED = "DatasetVersionRegistered"
+# On the promoted checkpoint's run: who asked which deployment to serve it
+EVENT_CHECKPOINT_PROMOTED = "CheckpointPromoted"

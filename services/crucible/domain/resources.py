@@ -26,6 +26,10 @@ KINDS = (
 )
 KIND_BY_NAME = {k.kind: k for k in KINDS}
 
+# A checkpoint served behind a Deployment and a Service; not a run. The operator serves it,
+# and the workers patch its `spec.checkpoint` when a checkpoint is promoted through the API.
+SERVED_MODEL_KIND, SERVED_MODEL_PLURAL = "ServedModel", "servedmodels"
+
 # On every pod of a run: its custom resource's name (`kubectl logs -l` selects by it).
 LABEL_RUN = f"{GROUP}/run"
 

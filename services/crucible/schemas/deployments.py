@@ -86,3 +86,21 @@ class DeploymentPublic(PublicModel):
 
 class DeploymentsPublic(Page[DeploymentPublic]):
     """One page of deployments, newest first."""
+
+
+class Promotion(ApiModel):
+    """Serve another checkpoint from a deployment."""
+
+    checkpoint_id: Id = Field(
+        description="A live checkpoint of the deployment's project (not deleted by retention)."
+    )
+
+
+class PromotionAccepted(PublicModel):
+    """A promotion recorded; a worker sets the ServedModel's `spec.checkpoint` to it, and the
+    operator then rolls the pods, one at a time."""
+
+    deployment_id: int
+    checkpoint_id: int
+    namespace: str = Field(description="Where the ServedModel is: the project's namespace.")
+    name: str = Field(description="The ServedModel's name.")

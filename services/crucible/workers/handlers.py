@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from crucible.core import eval_trigger, events, recovery
+from crucible.core import deployments, eval_trigger, events, recovery
 from crucible.db.engine import transaction
 from crucible.db.tables import OutboxMessage, Run
 from crucible.domain.enums import Backend, Phase
@@ -64,10 +64,22 @@ def _run_submitted(session: Session, payload: dict[str, Any]) -> str:
     return kubernetes.create_custom_resource(run)
 
 
+def _deployment_promoted(session: Session, payload: dict[str, Any]) -> str:
+    superseded = deployments.promotion_superseded(
+        session, deployment_id=payload["deployment_id"], event_id=payload["event_id"]
+    )
+    if superseded:
+        return "a later promotion of this deployment replaces it"
+    return kubernetes.serve_checkpoint(
+        payload["namespace"], payload["name"], payload["checkpoint_id"]
+    )
+
+
 HANDLERS: dict[str, Handler] = {
     events.TOPIC_ATTEMPT_ENDED: _attempt_ended,
     events.TOPIC_RUN_INTERRUPTED: _attempt_ended,
     events.TOPIC_CHECKPOINT_REGISTERED: _checkpoint_registered,
+    events.TOPIC_DEPLOYMENT_PROMOTED: _deployment_promoted,
     events.TOPIC_RUN_SUBMITTED: _run_submitted,
 }
 """Topics without a handler (run.finished) are marked handled: nothing follows from them

@@ -1,6 +1,7 @@
 """The workers' side of the Kubernetes backend: a run submitted through the REST API (or by
 the eval trigger) becomes its custom resource, which the operator then runs exactly like
-one applied with kubectl.
+one applied with kubectl; a checkpoint promoted through the API becomes its ServedModel's
+`spec.checkpoint`, which the operator then rolls the pods to.
 
 The resource carries the run's id (annotation crucible.dev/run-id); when the operator
 registers it by uid, the control plane adopts this run instead of creating another.
@@ -13,6 +14,7 @@ from typing import Any
 
 from lightkube import ApiError, Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import PatchType
 
 from crucible.db.tables import Run
 from crucible.domain import resources
@@ -23,6 +25,16 @@ log = logging.getLogger(__name__)
 def _resource(kind: str) -> Any:
     info = resources.KIND_BY_NAME[kind]
     return create_namespaced_resource(resources.GROUP, resources.VERSION, info.kind, info.plural)
+
+
+@cache
+def _served_model() -> Any:
+    return create_namespaced_resource(
+        resources.GROUP,
+        resources.VERSION,
+        resources.SERVED_MODEL_KIND,
+        resources.SERVED_MODEL_PLURAL,
+    )
 
 
 @cache
@@ -68,6 +80,29 @@ def create_resource(obj: dict[str, Any]) -> str:
             return f"{where} already exists"
         raise
     return f"created {where}"
+
+
+def serve_checkpoint(namespace: str, name: str, checkpoint_id: int) -> str:
+    """Set the ServedModel's `spec.checkpoint` to `{id: checkpoint_id}`; returns what happened.
+
+    A JSON patch that replaces the whole reference, since a merge patch would keep the `run`
+    of one that followed a run and so name two sources. Patching the same id again changes
+    nothing (the generation stays), so a redelivered message is harmless. A ServedModel that
+    is gone (deleted after the promotion) is reported, not raised: retrying cannot bring it
+    back.
+    """
+    where = f"ServedModel {namespace}/{name}"
+    patch = [{"op": "replace", "path": "/spec/checkpoint", "value": {"id": checkpoint_id}}]
+    try:
+        _client().patch(
+            _served_model(), name, patch, namespace=namespace, patch_type=PatchType.JSON
+        )
+    except ApiError as exc:
+        if exc.status.code == 404:
+            log.warning("%s is gone; checkpoint %d was not promoted to it", where, checkpoint_id)
+            return f"{where} is gone; nothing to promote"
+        raise
+    return f"{where}: spec.checkpoint set to {checkpoint_id}"
 
 
 def existing_uids(kind: str, namespace: str) -> set[str]:

@@ -3,6 +3,7 @@ import { useQuery } from '@tanstack/react-query';
 import { api, unwrap, type LineageNode } from '../api/client';
 import { useExperiment } from '../api/queries';
 import { LineageView } from '../components/LineageView';
+import { PromoteCheckpoint } from '../components/PromoteCheckpoint';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { bytes, dateTime, orDash, score } from '../format';
 import { checkpointNeighbours, entityHref } from '../lib/lineage';
@@ -102,6 +103,8 @@ export function Checkpoint({ id }: { id: number }) {
           <a href={href.lineage('checkpoint', c.id)}>Open in the lineage explorer</a>
         </dd>
       </dl>
+
+      {r && <PromoteCheckpoint checkpoint={c} runName={r.name} projectId={r.project_id} />}
 
       <section>
         <h2>Eval scores</h2>

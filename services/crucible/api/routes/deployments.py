@@ -1,4 +1,5 @@
-"""Served checkpoints: backends report the ones they serve; everyone lists them."""
+"""Served checkpoints: backends report the ones they serve; everyone lists them; editors
+promote a checkpoint to one."""
 
 from typing import Annotated
 
@@ -9,7 +10,13 @@ from crucible.api.params import Limit, PathId
 from crucible.core import deployments
 from crucible.domain.enums import Backend
 from crucible.schemas.common import Name
-from crucible.schemas.deployments import DeploymentPublic, DeploymentReport, DeploymentsPublic
+from crucible.schemas.deployments import (
+    DeploymentPublic,
+    DeploymentReport,
+    DeploymentsPublic,
+    Promotion,
+    PromotionAccepted,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["deployments"])
 
@@ -82,4 +89,21 @@ def get_deployment(
     with uow() as session:
         return deployments.get_deployment(
             session=session, principal=principal, deployment_id=deployment_id
+        )
+
+
+@router.post(
+    "/deployments/{deployment_id}/promote", status_code=202, operation_id="promoteCheckpoint"
+)
+def promote_checkpoint(
+    deployment_id: PathId, promotion: Promotion, uow: Uow, principal: CurrentPrincipal
+) -> PromotionAccepted:
+    """Serve another checkpoint of the deployment's project from it (editor tokens). Accepted,
+    not done: a worker sets the ServedModel's `spec.checkpoint` to `{id: checkpoint_id}`, and
+    the operator rolls the pods to it one at a time; the deployment's `checkpoint_id` follows
+    at its next report. A checkpoint of another project, or one deleted by retention, is a
+    422."""
+    with uow() as session:
+        return deployments.promote_checkpoint(
+            session=session, principal=principal, deployment_id=deployment_id, promotion=promotion
         )
