@@ -1,30 +1,96 @@
 """`crucible runs profiles RUN_ID`: where a run's profiled steps spent their time, read from
-the summaries the trainer writes beside each trace (GET /api/v1/runs/{id}/profiles)."""
+the summaries the trainer writes beside each trace (GET /api/v1/runs/{id}/profiles); and
+`crucible runs profile RUN_ID --steps N`, which asks a running run to record its next steps
+(POST /api/v1/runs/{id}/profile) and with `--wait` prints their profiles once written."""
 
+import time
 from typing import Annotated
 
 import typer
 
 from crucible.cli.common import client
 from crucible.cli.output import console, table
-from crucible.schemas.profiles import ProfilePublic, RunProfiles
+from crucible.client import CrucibleClient
+from crucible.domain.errors import CrucibleError
+from crucible.domain.profile_requests import MAX_PROFILE_STEPS, ProfileRequestState
+from crucible.schemas.profiles import ProfilePublic, ProfileRequestPublic, RunProfiles
+
+WAIT_POLL_SECONDS = 1.0
+TopOpt = Annotated[
+    int, typer.Option(min=1, max=20, help="Kernels (or operators) shown per profile.")
+]
 
 LONGEST_NAME = 90
 """Kernel names run to hundreds of characters of template arguments; the start says which."""
 
 
-def runs_profiles(
-    run_id: int,
-    top: Annotated[
-        int, typer.Option(min=1, max=20, help="Kernels (or operators) shown per profile.")
-    ] = 10,
-) -> None:
+def runs_profiles(run_id: int, top: TopOpt = 10) -> None:
     """Show a run's profiles (config.train.profile_from_step): each rank's top kernels and
     how its profiled steps' time split into compute, communication, data loading,
     optimizer and idle."""
     with client() as api:
         profiles = api.list_run_profiles(run_id)
     print_profiles(profiles, top=top)
+
+
+def runs_profile(
+    run_id: int,
+    steps: Annotated[
+        int,
+        typer.Option(help=f"Steps to record from the run's next one (1 to {MAX_PROFILE_STEPS})."),
+    ] = 3,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Follow the request until its profiles are written; print them."
+        ),
+    ] = False,
+    top: TopOpt = 10,
+) -> None:
+    """Ask a Running TrainingRun to record its next steps with the torch profiler. The run
+    hears of it with its next heartbeat; the profiles then appear in `crucible runs
+    profiles`."""
+    with client() as api:
+        request = api.request_run_profile(run_id, steps)
+        console.print(
+            f"profile request {request.id} of run {run_id}: {request.steps} steps from the "
+            "step after the run's next heartbeat",
+            highlight=False,
+        )
+        if wait:
+            done = _wait_until_done(api, request)
+            console.print(f"steps {done.first_step}-{done.last_step} recorded", highlight=False)
+            print_profiles(_of_request(api.list_run_profiles(run_id), done), top=top)
+
+
+def _wait_until_done(api: CrucibleClient, request: ProfileRequestPublic) -> ProfileRequestPublic:
+    announced = False
+    while True:
+        # The run first: a run that reported its profile done and then ended shows both.
+        run = api.get_run(request.run_id)
+        listed = api.list_run_profiles(request.run_id)
+        (current,) = [r for r in listed.requests if r.id == request.id]
+        if current.state is ProfileRequestState.done:
+            return current
+        if current.state is ProfileRequestState.started and not announced:
+            announced = True
+            console.print(
+                f"recording steps {current.first_step}-{current.last_step}", highlight=False
+            )
+        if run.phase.is_terminal:
+            # A request of a run that has ended is never taken up any more.
+            raise CrucibleError(
+                f"run {run.id} is {run.phase} and its profile request {current.id} is "
+                f"{current.state}, not done: it ended before recording the steps"
+            )
+        time.sleep(WAIT_POLL_SECONDS)
+
+
+def _of_request(profiles: RunProfiles, request: ProfileRequestPublic) -> RunProfiles:
+    """The listing cut to the request's steps (every rank's profile of them)."""
+    steps = (request.first_step, request.last_step)
+    mine = [p for p in profiles.profiles if (p.first_step, p.last_step) == steps]
+    return profiles.model_copy(update={"profiles": mine})
 
 
 def print_profiles(profiles: RunProfiles, *, top: int) -> None:

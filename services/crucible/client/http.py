@@ -16,7 +16,12 @@ from pydantic import BaseModel
 from crucible.client import calls
 from crucible.schemas.cluster import ClusterReport, ClusterView, ReportReceived, RunPodPublic
 from crucible.schemas.common import Page
-from crucible.schemas.deployments import DeploymentPublic, DeploymentReport, DeploymentsPublic
+from crucible.schemas.deployments import (
+    DeploymentPublic,
+    DeploymentReport,
+    DeploymentsPublic,
+    PromotionAccepted,
+)
 from crucible.schemas.goodput import ExperimentGoodput, RunGoodput
 from crucible.schemas.lineage import (
     ArtifactCreate,
@@ -31,7 +36,12 @@ from crucible.schemas.lineage import (
     RunInputCreate,
     RunInputPublic,
 )
-from crucible.schemas.profiles import RunProfiles
+from crucible.schemas.profiles import (
+    ProfileProgress,
+    ProfileRequestCreate,
+    ProfileRequestPublic,
+    RunProfiles,
+)
 from crucible.schemas.provenance import AttemptEnvironment
 from crucible.schemas.runs import (
     AttemptEnd,
@@ -39,6 +49,7 @@ from crucible.schemas.runs import (
     AttemptPublic,
     AttemptStart,
     EventFeed,
+    HeartbeatAnswer,
     InputsResolution,
     PhaseReport,
     RunEventPublic,
@@ -253,6 +264,11 @@ class CrucibleClient:
     def list_run_profiles(self, run_id: int) -> RunProfiles:
         return self._get(f"/api/v1/runs/{run_id}/profiles", RunProfiles)
 
+    def request_run_profile(self, run_id: int, steps: int) -> ProfileRequestPublic:
+        """Ask the running run to record its next `steps` steps."""
+        body = ProfileRequestCreate(steps=steps)
+        return self._post(f"/api/v1/runs/{run_id}/profile", body, ProfileRequestPublic)
+
     def resolve_inputs(self, run_id: int) -> InputsResolution:
         return self.send(calls.resolve_inputs(run_id))
 
@@ -306,6 +322,11 @@ class CrucibleClient:
         """Forget a served checkpoint; one already gone is no error."""
         self.send(calls.remove_deployment(backend, project, name))
 
+    def promote_checkpoint(self, deployment_id: int, checkpoint_id: int) -> PromotionAccepted:
+        """Ask a deployment to serve a checkpoint of its project; accepted, then done by a
+        worker and the operator."""
+        return self.send(calls.promote_checkpoint(deployment_id, checkpoint_id))
+
     def list_events(self, run_id: int, after_id: int = 0) -> list[RunEventPublic]:
         return self.send(calls.list_events(run_id, after_id))
 
@@ -323,10 +344,11 @@ class CrucibleClient:
         )
         return result
 
-    def heartbeat(self, run_id: int, attempt: int) -> AttemptPublic:
-        return self._post(
-            f"/api/v1/runs/{run_id}/heartbeat", AttemptHeartbeat(attempt=attempt), AttemptPublic
-        )
+    def heartbeat(
+        self, run_id: int, attempt: int, profile: ProfileProgress | None = None
+    ) -> HeartbeatAnswer:
+        body = AttemptHeartbeat(attempt=attempt, profile=profile)
+        return self._post(f"/api/v1/runs/{run_id}/heartbeat", body, HeartbeatAnswer)
 
     # -- metrics, checkpoints, datasets, evals -----------------------------------------------
 

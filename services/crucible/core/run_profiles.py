@@ -1,4 +1,5 @@
-"""A run's profiles (`config.train.profile_from_step`), for the API and the CLI.
+"""A run's profiles (`config.train.profile_from_step`, or asked of the running run:
+`profile_requests.py`), for the API and the CLI.
 
 The trainer writes each rank's profile into the run's outputs
 (`domain/profile_files.py`): a kernel table, a gzipped trace and the trace's summary. In
@@ -17,6 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from crucible.core import profile_requests
 from crucible.core.access import Principal
 from crucible.core.runs import load_run
 from crucible.db.tables import Run
@@ -53,21 +55,27 @@ def list_profiles(
     *, session: Session, principal: Principal, home: Path, run_id: int
 ) -> RunProfiles:
     run = load_run(session, principal, run_id, Role.viewer)
+    requests = profile_requests.list_requests(session, run.id)
     if run.backend != Backend.local:
-        return RunProfiles(run_id=run.id, profiles=[], message=_kubernetes_message(run))
+        return RunProfiles(
+            run_id=run.id, profiles=[], message=_kubernetes_message(run), requests=requests
+        )
     directory = profile_dir(home, run.id)
     names = _profile_names(directory)
     if not names:
         return RunProfiles(
             run_id=run.id,
             profiles=[],
-            message=f"no profiles on this machine ({directory}); "
-            "set config.train.profile_from_step to record some",
+            message=f"no profiles on this machine ({directory}); set "
+            "config.train.profile_from_step, or run `crucible runs profile` on a running "
+            "run, to record some",
+            requests=requests,
         )
     return RunProfiles(
         run_id=run.id,
         profiles=[_profile(directory, name) for name in names],
         message="",
+        requests=requests,
     )
 
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from crucible.core import recovery
+from crucible.core import profile_requests, recovery
 from crucible.core.access import Principal
 from crucible.core.events import (
     TOPIC_ATTEMPT_ENDED,
@@ -41,6 +41,7 @@ from crucible.schemas.runs import (
     AttemptPublic,
     AttemptStart,
     EventFeed,
+    HeartbeatAnswer,
     PhaseReport,
     RunEventPublic,
     RunPublic,
@@ -416,8 +417,10 @@ def end_attempt(
 
 def heartbeat(
     *, session: Session, principal: Principal, run_id: int, heartbeat_in: AttemptHeartbeat
-) -> AttemptPublic:
-    """Mark the attempt alive now. An ended attempt is a 409: its process should have gone."""
+) -> HeartbeatAnswer:
+    """Mark the attempt alive now, record how its live profile request stands, and answer
+    with the request it is to record, if any. An ended attempt is a 409: its process should
+    have gone."""
     run = load_run(session, principal, run_id, Role.editor)
     attempt = attempt_of(session, run, heartbeat_in.attempt)
     if attempt.ended_at is not None:
@@ -426,8 +429,12 @@ def heartbeat(
             "a process still sending its heartbeats should stop"
         )
     attempt.heartbeat_at = datetime.now(UTC)
+    if heartbeat_in.profile is not None:
+        profile_requests.record_progress(session, run.id, heartbeat_in.profile)
     session.flush()
-    return AttemptPublic.model_validate(attempt)
+    answer = HeartbeatAnswer.model_validate(attempt)
+    answer.profile_request = profile_requests.request_to_record(session, run.id)
+    return answer
 
 
 def report_environment(

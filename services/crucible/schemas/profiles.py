@@ -4,11 +4,14 @@
 (`<name>.summary.json`), so the workload, the API and the CLI share one shape.
 """
 
-from typing import Literal
+from datetime import datetime
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
-from crucible.schemas.common import PublicModel
+from crucible.domain.json_values import MAX_INT64
+from crucible.domain.profile_requests import MAX_PROFILE_STEPS, ProfileRequestState
+from crucible.schemas.common import ApiModel, Id, PublicModel
 
 Phase = Literal["compute", "communication", "data_loading", "optimizer", "idle"]
 PHASES: tuple[Phase, ...] = ("compute", "communication", "data_loading", "optimizer", "idle")
@@ -61,7 +64,64 @@ class ProfilePublic(PublicModel):
     trace_bytes: int | None = Field(description="The gzipped trace's size; None without one.")
 
 
+class ProfileRequestCreate(ApiModel):
+    steps: Annotated[
+        int,
+        # The bounds are checked by the validator, so that a refusal names the value.
+        Field(
+            json_schema_extra={"minimum": 1, "maximum": MAX_PROFILE_STEPS},
+            description="How many steps to record, from the run's next step.",
+        ),
+    ]
+
+    @field_validator("steps")
+    @classmethod
+    def _a_few_steps(cls, steps: int) -> int:
+        if not 1 <= steps <= MAX_PROFILE_STEPS:
+            raise ValueError(f"profile 1 to {MAX_PROFILE_STEPS} steps, not {steps}")
+        return steps
+
+
+class ProfileRequestPublic(PublicModel):
+    id: int
+    run_id: int
+    steps: int = Field(description="As requested.")
+    state: ProfileRequestState
+    first_step: int | None = Field(
+        description="The first step recorded, once the trainer started (`started`)."
+    )
+    last_step: int | None = Field(
+        description="The last step recorded: `first_step + steps - 1`, or the run's last step "
+        "when that comes first."
+    )
+    requested_at: datetime
+    updated_at: datetime
+
+
+StepNumber = Annotated[int, Field(ge=1, le=MAX_INT64)]
+
+
+class ProfileProgress(ApiModel):
+    """What the run's SDK reports of a request, in a heartbeat."""
+
+    request_id: Id
+    state: Literal[ProfileRequestState.started, ProfileRequestState.done]
+    first_step: StepNumber
+    last_step: StepNumber
+
+    @model_validator(mode="after")
+    def _steps_in_order(self) -> "ProfileProgress":
+        if self.last_step < self.first_step:
+            raise ValueError(f"last_step {self.last_step} is before first_step {self.first_step}")
+        return self
+
+
 class RunProfiles(PublicModel):
     run_id: int
     profiles: list[ProfilePublic] = Field(description="By first step, then rank.")
     message: str = Field(description="Why there are none, and where to look instead.")
+    requests: list[ProfileRequestPublic] = Field(
+        default_factory=list,
+        description="Profiles asked of the run while it ran (`POST /runs/{id}/profile`), "
+        "newest first; a `done` one's files are among `profiles` (a local run's).",
+    )

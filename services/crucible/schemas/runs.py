@@ -7,6 +7,7 @@ from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
 from crucible.domain.json_values import MAX_INT32
 from crucible.domain.specs import Manifest
 from crucible.schemas.common import ApiModel, Id, Int32, PublicModel, Tags
+from crucible.schemas.profiles import ProfileProgress, ProfileRequestPublic
 from crucible.schemas.provenance import CodeSource
 
 
@@ -121,6 +122,19 @@ class AttemptPublic(PublicModel):
 
 class AttemptHeartbeat(ApiModel):
     attempt: int = Field(ge=1, le=MAX_INT32, description="Number of the attempt that is alive.")
+    profile: ProfileProgress | None = Field(
+        default=None,
+        description="How the run's live profile request stands (the SDK sends it until a "
+        "heartbeat carrying it is answered).",
+    )
+
+
+class HeartbeatAnswer(AttemptPublic):
+    profile_request: ProfileRequestPublic | None = Field(
+        default=None,
+        description="The run's profile request still to record (`pending`, or `started` by "
+        "an attempt that may have ended), for the workload to take at its next step.",
+    )
 
 
 class RunEventPublic(PublicModel):

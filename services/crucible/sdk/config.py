@@ -37,6 +37,11 @@ class RunEnvironment(BaseSettings):
         description="Prefix under which checkpoints go; default: "
         "file://$CRUCIBLE_HOME/runs/<run_id>/checkpoints.",
     )
+    heartbeat_interval: float = Field(
+        default=15.0,
+        ge=0,
+        description="Seconds between heartbeats, which also bring live profile requests; 0: none.",
+    )
     system_metrics_interval: float = Field(
         default=10.0,
         ge=0,

@@ -45,11 +45,18 @@ def broadcast_from_rank0(value: T) -> T:
 
 def any_rank(flag: bool) -> bool:
     """True on every rank when it is true on at least one; a collective every rank must call."""
+    (most,) = max_over_ranks([int(flag)])
+    return bool(most)
+
+
+def max_over_ranks(values: list[int]) -> list[int]:
+    """Each value's largest over the ranks, on every rank: one collective, however many
+    values, so several things a loop must agree on travel together."""
     if not is_distributed():
-        return flag
-    tensor = torch.tensor([int(flag)], device=_collective_device())
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.int64, device=_collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
+    return [int(v) for v in tensor.tolist()]
 
 
 def _collective_device() -> torch.device:

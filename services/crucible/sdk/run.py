@@ -36,6 +36,8 @@ from crucible.sdk.gpu_telemetry import GpuReading, GpuSampler, NvmlGpus, as_metr
 from crucible.sdk.heartbeat import Heartbeat
 from crucible.sdk.metrics import MetricShipper
 from crucible.sdk.preemption import PREEMPTED_EXIT_CODE, PreemptionFlag
+from crucible.sdk.profile_requests import ProfileRequestMailbox
+from crucible.sdk.step_control import RunStepControl
 from crucible.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class Run:
         )
         self._metrics: MetricShipper | None = None
         self._heartbeat: Heartbeat | None = None
+        self._profile_requests: ProfileRequestMailbox | None = None
         self._gpu_sampler: GpuSampler | None = None
         self._last_step = 0
         if self.is_reporter:
@@ -93,12 +96,14 @@ class Run:
                 max_backoff=max_backoff,
             )
             if attempt is not None and heartbeat_interval > 0:
+                self._profile_requests = ProfileRequestMailbox()
                 self._heartbeat = Heartbeat(
                     CrucibleClient.from_settings(settings, retries=0),
                     run_id,
                     attempt,
                     heartbeat_interval,
                     environment=current_environment(),
+                    profile_requests=self._profile_requests,
                 )
             if system_metrics_interval > 0:
                 self._gpu_sampler = self._start_gpu_telemetry(system_metrics_interval)
@@ -237,6 +242,18 @@ class Run:
     def preempted(self) -> bool:
         """This process got SIGTERM (no collective)."""
         return self._preemption.is_set
+
+    def step_control(self) -> RunStepControl:
+        """A training loop's `StepControl` on this run (what `crucible.workloads.train.Trainer`
+        takes): before every step, `should_checkpoint()` and the run's live profile request
+        (`crucible runs profile`) in one collective; the request's progress goes back with
+        the heartbeats, so it needs them (an attempt, and a heartbeat interval above 0)."""
+        heartbeat = self._heartbeat
+        return RunStepControl(
+            preempted=lambda: self._preemption.is_set,
+            profile_requests=self._profile_requests,
+            report_now=heartbeat.beat_now if heartbeat is not None else lambda: None,
+        )
 
     # -- datasets and evals ------------------------------------------------------------------
 
@@ -398,7 +415,7 @@ def init(
     resume_from: str | None = None,
     max_buffered_points: int = DEFAULT_MAX_BUFFERED_POINTS,
     flush_interval: float = 2.0,
-    heartbeat_interval: float = 15.0,
+    heartbeat_interval: float | None = None,
     catch_sigterm: bool = True,
     max_backoff: float = 10.0,
     system_metrics_interval: float | None = None,
@@ -410,6 +427,8 @@ def init(
     CRUCIBLE_CHECKPOINT_URI (default file://$CRUCIBLE_HOME/runs/<run>/checkpoints) and
     CRUCIBLE_RESUME_FROM. Nothing here calls the API, so it works while the API is down.
 
+    heartbeat_interval: seconds between heartbeats, CRUCIBLE_HEARTBEAT_INTERVAL or 15; 0
+    sends none (and so hears of no live profile request).
     system_metrics_interval: seconds between readings of the GPUs (`gpu_telemetry.py`),
     CRUCIBLE_SYSTEM_METRICS_INTERVAL or 10; 0 turns the telemetry off.
     """
@@ -437,7 +456,9 @@ def init(
         resume_from=resume_from if resume_from is not None else environment.resume_from,
         max_buffered_points=max_buffered_points,
         flush_interval=flush_interval,
-        heartbeat_interval=heartbeat_interval,
+        heartbeat_interval=(
+            heartbeat_interval if heartbeat_interval is not None else environment.heartbeat_interval
+        ),
         catch_sigterm=catch_sigterm,
         max_backoff=max_backoff,
         system_metrics_interval=(

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from torch.profiler import record_function
 
+from crucible.domain.step_control import BetweenSteps, ProfileOrder, StepControl
 from crucible.workloads.checkpoint import Checkpointer, Stateful
 from crucible.workloads.config import DataConfig, ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Row, collate_rows
@@ -75,7 +76,8 @@ class Trainer:
         them (`train_data.open_files`); RL trajectories from `rollout.py`, in memory.
         data: how SFT and pre-training read and pack their records.
         init_model_state: weights to start from (RL requires the SFT checkpoint's).
-        profile_dir: where the steps `config.profile_from_step` chooses are written."""
+        profile_dir: where profiles are written: of the steps `config.profile_from_step`
+        chooses, and of those a live request asks for (`train(control=...)`)."""
         self.config = config
         self.checkpointer = checkpointer
         self.log = log
@@ -124,10 +126,16 @@ class Trainer:
         self.checkpoint_in_flight: int | None = None
         """Step of an async save that may still be writing (None: none)."""
         self.stopped = False
-        """True when the last `train()` returned early because `should_stop` said so."""
+        """True when the last `train()` returned early because `should_stop` (or `control`)
+        said so."""
         self.maybe_resume()
 
-    def train(self, *, should_stop: Callable[[], bool] | None = None) -> list[float]:
+    def train(
+        self,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        control: StepControl | None = None,
+    ) -> list[float]:
         """Run up to `config.steps`; returns the loss of every step run here.
 
         should_stop: asked before every step (on every rank: it may be a collective such as
@@ -135,25 +143,37 @@ class Trainer:
         current step, unless that step is already saved or being saved, sets `stopped` and
         returns.
 
+        control: instead of `should_stop`, the run's `StepControl` (the SDK's
+        `run.step_control()`): asked before every step whether to stop, as `should_stop`, and
+        for a live profile request, which the trainer records from the next step (after any
+        window it would overlap) and reports started and, once written, done.
+
         An async save still in flight is waited for before returning (normally or stopped),
         so when `train()` returns every checkpoint it started is registered and
         `last_checkpoint_step` names the last.
         """
+        if should_stop is not None and control is not None:
+            raise ValueError("pass should_stop or control, not both: control stops the run too")
         losses: list[float] = []
         self.stopped = False
         self.model.train()
         if self.config.save_initial and self.step == 0 and self.last_checkpoint_step is None:
             self.save_checkpoint()
         while self.step < self.config.steps:
-            if should_stop is not None and should_stop():
+            between = _between_steps(should_stop, control)
+            if between.stop:
                 if self.step not in (self.last_checkpoint_step, self.checkpoint_in_flight):
                     self.save_checkpoint()
                 self.stopped = True
                 break
+            if between.profile is not None and control is not None:
+                self.maybe_schedule_profile(between.profile, control)
             started = time.perf_counter()
             self.step += 1
             with self.profiler.around(self.step):
                 metrics = self.train_step()
+            if control is not None:
+                self.maybe_report_profile_written(control)
             elapsed = max(time.perf_counter() - started, 1e-9)
             metrics["tokens_per_s"] = metrics["tokens"] / elapsed
             metrics["model_flops_per_s"] = metrics.pop("model_flops") / elapsed
@@ -165,6 +185,23 @@ class Trainer:
             self.maybe_checkpoint()
         self.wait_for_checkpoint()
         return losses
+
+    def maybe_schedule_profile(self, order: ProfileOrder, control: StepControl) -> None:
+        """Record a live request's steps from the next one; every rank decides the same
+        window, since each has the same step, spec window and request."""
+        window = self.profiler.schedule(
+            order.steps,
+            next_step=self.step + 1,
+            final_step=self.config.steps,
+            request_id=order.request_id,
+        )
+        if window is not None:
+            control.profile_started(order.request_id, window.first, window.last)
+
+    def maybe_report_profile_written(self, control: StepControl) -> None:
+        written = self.profiler.take_written()
+        if written is not None and written.request_id is not None:
+            control.profile_done(written.request_id)
 
     def train_step(self) -> dict[str, float]:
         # The record_function ranges name the step's parts in a profile (profile_summary
@@ -317,6 +354,14 @@ class Trainer:
             yield
         else:
             yield
+
+
+def _between_steps(
+    should_stop: Callable[[], bool] | None, control: StepControl | None
+) -> BetweenSteps:
+    if control is not None:
+        return control.between_steps()
+    return BetweenSteps(stop=should_stop is not None and should_stop())
 
 
 def sft_loss(logits: Tensor, batch: Batch) -> Tensor:

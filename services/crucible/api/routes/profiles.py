@@ -1,13 +1,13 @@
-"""A run's profiles: the summaries of the steps `profile_from_step` recorded, and their
-traces for a trace viewer."""
+"""A run's profiles: the summaries of the steps `profile_from_step` or a live request
+recorded, and their traces for a trace viewer; and the live request itself."""
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
 from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import PathId
-from crucible.core import run_profiles
-from crucible.schemas.profiles import RunProfiles
+from crucible.core import profile_requests, run_profiles
+from crucible.schemas.profiles import ProfileRequestCreate, ProfileRequestPublic, RunProfiles
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 
@@ -16,11 +16,27 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 def list_run_profiles(
     run_id: PathId, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
 ) -> RunProfiles:
-    """Each rank's profile of the steps `config.train.profile_from_step` chose: its top
-    kernels and how the steps' time split. For a Kubernetes run, where its profiles are."""
+    """Each rank's profile of the steps `config.train.profile_from_step` or a live request
+    chose: its top kernels and how the steps' time split. For a Kubernetes run, where its
+    profiles are. With them, the run's live requests and how each stands."""
     with uow() as session:
         return run_profiles.list_profiles(
             session=session, principal=principal, home=settings.home, run_id=run_id
+        )
+
+
+@router.post("/runs/{run_id}/profile", status_code=201, operation_id="requestRunProfile")
+def request_run_profile(
+    run_id: PathId, body: ProfileRequestCreate, uow: Uow, principal: CurrentPrincipal
+) -> ProfileRequestPublic:
+    """Record the next `steps` steps of a Running TrainingRun (the built-in train job) with
+    the torch profiler. The run hears of it with its next heartbeat's answer and reports
+    the steps it chose (`first_step`, `last_step`) and when the files are written (`done`);
+    the profiles then appear in `GET /runs/{id}/profiles`. 409 when the run is not
+    Running, cannot take requests, or has one open already."""
+    with uow() as session:
+        return profile_requests.request_profile(
+            session=session, principal=principal, run_id=run_id, steps=body.steps
         )
 
 

@@ -14,7 +14,7 @@ from crucible.db.tables.lineage import (
 from crucible.db.tables.metrics import MetricChunk, MetricSeries
 from crucible.db.tables.mlflow import LoggedModel
 from crucible.db.tables.plumbing import IdempotencyRecord, OutboxMessage
-from crucible.db.tables.runs import Attempt, Run, RunEvent
+from crucible.db.tables.runs import Attempt, Run, RunEvent, RunProfileRequest
 from crucible.db.tables.serving import Deployment
 from crucible.db.tables.sweeps import Sweep, SweepTrial
 from crucible.db.tables.tenancy import ApiToken, Experiment, Project
@@ -42,6 +42,7 @@ __all__ = [
     "RunEvent",
     "RunInput",
     "RunPod",
+    "RunProfileRequest",
     "Sweep",
     "SweepTrial",
 ]

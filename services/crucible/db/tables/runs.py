@@ -98,3 +98,19 @@ class RunEvent(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class RunProfileRequest(Base):
+    """A profile asked of a running run (domain/profile_requests.py): the steps the trainer
+    chose for it once it started, and whether its files are written."""
+
+    __tablename__ = "run_profile_requests"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    steps: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    first_step: Mapped[int | None] = mapped_column(BigInteger)
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
+    requested_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)

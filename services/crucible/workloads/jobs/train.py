@@ -8,7 +8,8 @@ Checkpoints go through the SDK (DCP, registered with the model and task config i
 every `spec.checkpoints.everySteps` and at the end, in the background with
 `config.train.checkpoint_async`; an attempt resumes exactly from CRUCIBLE_RESUME_FROM or the
 run's latest checkpoint; SIGTERM saves the current step (or waits for its save in flight)
-and exits 143.
+and exits 143. A live profile request (`crucible runs profile`) is recorded from the next
+step (`run.step_control()`).
 """
 
 import logging
@@ -133,13 +134,14 @@ def train() -> None:
             init_model_state=init_state,
             log=log_step,
             device=torch_setup.device,
-            profile_dir=run.outputs_dir / PROFILE_DIR if config.profile_from_step else None,
+            # Always given: a live request (`crucible runs profile`) may come at any step.
+            profile_dir=run.outputs_dir / PROFILE_DIR,
         )
     except DataError as exc:
         raise ConfigError(str(exc)) from None
     if trainer.step > 0 and torch_setup.rank == 0:
         log.info("resumed at step %d of %d", trainer.step, config.steps)
-    trainer.train(should_stop=run.should_checkpoint)
+    trainer.train(control=run.step_control())
     if trainer.stopped:
         if torch_setup.rank == 0:
             log.info("stopped at step %d on SIGTERM, checkpoint saved", trainer.step)
