@@ -40,10 +40,12 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
         "updateExperiment": {"description": "taken over"},
         "submitRun": {"project": MARKER, "manifest": training_run(name="intruder")},
         "submitSweep": {"project": MARKER, "manifest": sweep("intruder")},
+        "validateManifest": {"project": MARKER, "manifest": training_run(name="intruder")},
         "reportRunPhase": {"phase": "Failed", "message": "intruder"},
         "startAttempt": {},
         "endAttempt": {"end_reason": "Failed"},
         "heartbeat": {"attempt": 1},
+        "requestRunProfile": {"steps": 3},
         "reportEnvironment": {"packages": {"torch": "2.5.0"}},
         "logMetrics": {"points": [{"key": "loss", "step": 99, "value": 0.0}]},
         "registerDatasetVersion": {
@@ -71,6 +73,7 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
             "ready_replicas": 0,
             "phase": "Pending",
         },
+        "promoteCheckpoint": {"checkpoint_id": b["checkpoint"]},
         "redeemSignInCode": {"code": "not-a-code"},
     }
 

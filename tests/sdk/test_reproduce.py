@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from crucible.client.reproduce import CannotReproduce, reproduction, reproduction_name
+from crucible.reproduction import CannotReproduce, reproduction, reproduction_name
 from crucible.schemas.provenance import CodePackage, CodeSource, GitState
 from crucible.schemas.runs import AttemptPublic, RunPublic
 

@@ -21,6 +21,8 @@ const Lineage = lazy(() => import('./pages/Lineage').then((m) => ({ default: m.L
 const ProfileTrace = lazy(() => import('./pages/ProfileTrace').then((m) => ({ default: m.ProfileTrace })));
 const Run = lazy(() => import('./pages/Run').then((m) => ({ default: m.Run })));
 const Sweep = lazy(() => import('./pages/Sweep').then((m) => ({ default: m.Sweep })));
+// The submit page carries CodeMirror and a YAML parser, which no other page needs.
+const Submit = lazy(() => import('./pages/Submit').then((m) => ({ default: m.Submit })));
 
 export function App() {
   const route = parseRoute(useHash());
@@ -72,6 +74,9 @@ export function App() {
         <Suspense fallback={<Loading what="the page" />}>
           {route.page === 'projects' && <Projects />}
           {route.page === 'project' && <Project key={route.id} id={route.id} />}
+          {route.page === 'submit' && (
+            <Submit key={JSON.stringify(route)} projectId={route.projectId} start={route.start} />
+          )}
           {route.page === 'experiment' && <Experiment key={route.id} id={route.id} search={route.search} />}
           {route.page === 'run' && <Run key={route.id} id={route.id} />}
           {route.page === 'profileTrace' && (

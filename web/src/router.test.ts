@@ -55,3 +55,27 @@ describe('parseRoute', () => {
     expect(parseRoute('#/runs/7/profiles/rank0-steps1')).toEqual({ page: 'notFound', path: '/runs/7/profiles/rank0-steps1' });
   });
 });
+
+describe('the submit page', () => {
+  it('reads what the editor starts from, and round-trips its links', () => {
+    expect(parseRoute('#/projects/3/submit')).toEqual({ page: 'submit', projectId: 3, start: { from: 'run' } });
+    expect(parseRoute('#/projects/3/submit?template=sweep')).toEqual({
+      page: 'submit',
+      projectId: 3,
+      start: { from: 'sweep' },
+    });
+    expect(parseRoute('#/projects/3/submit?reproduce=12')).toEqual({
+      page: 'submit',
+      projectId: 3,
+      start: { from: 'reproduce', runId: 12 },
+    });
+    for (const start of [{ from: 'run' }, { from: 'sweep' }, { from: 'resubmit', runId: 7 }, { from: 'reproduce', runId: 8 }] as const) {
+      expect(parseRoute(href.submit(4, start))).toEqual({ page: 'submit', projectId: 4, start });
+    }
+  });
+
+  it('sends an unknown start to the not-found page', () => {
+    expect(parseRoute('#/projects/3/submit?resubmit=x')).toEqual({ page: 'notFound', path: '/projects/3/submit?resubmit=x' });
+    expect(parseRoute('#/projects/3/submit?template=eval').page).toBe('notFound');
+  });
+});

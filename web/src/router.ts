@@ -8,6 +8,7 @@ export type Route =
   | { page: 'signin'; code?: string }
   | { page: 'projects' }
   | { page: 'project'; id: number }
+  | { page: 'submit'; projectId: number; start: SubmitStart }
   | { page: 'experiment'; id: number; search: string }
   | { page: 'run'; id: number }
   | { page: 'profileTrace'; runId: number; name: string }
@@ -18,6 +19,25 @@ export type Route =
   | { page: 'cluster' }
   | { page: 'deployments' }
   | { page: 'notFound'; path: string };
+
+/** What the submit page's editor starts from: a new run or sweep from a template, a run's
+ * manifest to resubmit under a new name, or the submission that reproduces a run. */
+export type SubmitStart =
+  | { from: 'run' }
+  | { from: 'sweep' }
+  | { from: 'resubmit'; runId: number }
+  | { from: 'reproduce'; runId: number };
+
+function submitStart(search: string): SubmitStart | null {
+  const query = new URLSearchParams(search);
+  if ([...query.keys()].length === 0) return { from: 'run' };
+  if (query.get('template') === 'sweep') return { from: 'sweep' };
+  for (const from of ['resubmit', 'reproduce'] as const) {
+    const id = query.get(from);
+    if (id && /^\d+$/.test(id)) return { from, runId: Number(id) };
+  }
+  return null;
+}
 
 const NODE_TYPES: readonly LineageNodeType[] = ['run', 'checkpoint', 'dataset_version', 'eval_result', 'artifact'];
 
@@ -43,6 +63,9 @@ export function parseRoute(hash: string): Route {
     if (match[1] === 'sweeps') return { page: 'sweep', id };
     return { page: 'run', id };
   }
+  const submit = /^\/projects\/(\d+)\/submit$/.exec(path);
+  const start = submit ? submitStart(search) : null;
+  if (submit && start) return { page: 'submit', projectId: Number(submit[1]), start };
   // The profile's name as the API spells it (rank<R>-steps<A>-<B>); nothing else reaches its URL.
   const trace = /^\/runs\/(\d+)\/profiles\/(rank\d+-steps\d+-\d+)$/.exec(path);
   if (trace?.[2]) return { page: 'profileTrace', runId: Number(trace[1]), name: trace[2] };
@@ -63,6 +86,10 @@ export const href = {
   projects: () => '#/',
   signIn: () => '#/signin',
   project: (id: number) => `#/projects/${id}`,
+  submit: (projectId: number, start: SubmitStart = { from: 'run' }) =>
+    `#/projects/${projectId}/submit${
+      start.from === 'run' ? '' : start.from === 'sweep' ? '?template=sweep' : `?${start.from}=${start.runId}`
+    }`,
   experiment: (id: number, search = '') => `#/experiments/${id}${search ? `?${search}` : ''}`,
   run: (id: number) => `#/runs/${id}`,
   profileTrace: (runId: number, name: string) => `#/runs/${runId}/profiles/${encodeURIComponent(name)}`,

@@ -16,6 +16,7 @@ from crucible.api.routes import (
     deployments,
     health,
     lineage,
+    manifests,
     metrics,
     mlflow,
     profiles,
@@ -67,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
         cluster,
         deployments,
         sweeps,
+        manifests,
         mlflow,
     ):
         app.include_router(module.router)

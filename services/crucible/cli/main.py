@@ -9,18 +9,18 @@ import yaml
 from pydantic import ValidationError
 from rich.markup import escape
 
+from crucible import provenance, reproduction
 from crucible.cli.artifacts import artifacts_app
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import datasets_app
 from crucible.cli.deployments import deployments_app
 from crucible.cli.logs import follow_log
 from crucible.cli.output import age, console, errors, table
-from crucible.cli.profiles import runs_profiles
+from crucible.cli.profiles import runs_profile, runs_profiles
 from crucible.cli.serving import serve_checkpoint
 from crucible.cli.sweeps import sweeps_app
 from crucible.cli.tokenizers import tokenizers_app
-from crucible.client import ApiError, CrucibleClient, provenance
-from crucible.client.reproduce import reproduction, reproduction_name
+from crucible.client import ApiError, CrucibleClient
 from crucible.domain import resources
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.domain.enums import Backend, Phase, Role, RunKind
@@ -52,6 +52,7 @@ app.add_typer(deployments_app, name="deployments")
 app.add_typer(sweeps_app, name="sweeps")
 app.command("serve")(friendly_errors(serve_checkpoint))
 runs_app.command("profiles")(friendly_errors(runs_profiles))
+runs_app.command("profile")(friendly_errors(runs_profile))
 
 
 @app.command()
@@ -619,34 +620,22 @@ def runs_reproduce(
         run = api.get_run(run_id)
         attempts = api.list_attempts(run_id)
         project = api.get_project(run.project_id).name
-        current = None
-        if run.backend == Backend.local.value and run.code is not None:
-            directory = code_dir or reproduced_code_directory(run)
-            if run.code.package is not None and run.manifest["spec"].get("command"):
-                # The package is the command's code: only what is installed here counts.
-                current = CodeSource(
-                    directory=str(directory), packages=provenance.installed_packages()
-                )
-            elif directory.is_dir():
-                current = provenance.capture(directory)
         earlier = api.list_runs(
             project=project, tag=f"{resources.TAG_REPRODUCES}={run.id}", limit=1000
         )
         number = len(earlier.items) + 1
-        request = reproduction(
+        request = reproduction.reproduction(
             run,
             attempts,
             project=project,
-            name=reproduction_name(run.name, number),
-            current_code=current,
+            name=reproduction.reproduction_name(run.name, number),
+            current_code=reproduction.current_code(run, code_dir),
         )
-        pinned = request.manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for checkpoint_id in pinned_checkpoints(pinned["spec"]):
-            if api.get_checkpoint(checkpoint_id).deleted_at is not None:
-                raise CrucibleError(
-                    f"checkpoint {checkpoint_id}, which run {run.id} read, was deleted by "
-                    "retention; the run cannot be reproduced"
-                )
+        reproduction.refuse_deleted_checkpoints(
+            run,
+            request,
+            lambda checkpoint_id: api.get_checkpoint(checkpoint_id).deleted_at is not None,
+        )
         new = api.submit_run(request)
     console.print(f"run {run.id} reproduced as run {new.id} {new.name} ({new.phase})")
 
@@ -699,22 +688,6 @@ def code_directory(spec: WorkloadSpec, code_dir: Path | None) -> Path:
     if code_dir is not None:
         return code_dir
     return Path(spec.working_dir) if spec.working_dir else Path.cwd()
-
-
-def reproduced_code_directory(run: RunPublic) -> Path:
-    if not run.manifest["spec"].get("command"):
-        return provenance.reference_code_directory()
-    assert run.code is not None
-    return Path(run.code.directory)
-
-
-def pinned_checkpoints(spec: dict[str, Any]) -> list[int]:
-    refs = [
-        spec.get("initFrom"),
-        (spec.get("policy") or {}).get("checkpoint"),
-        spec.get("checkpoint"),
-    ]
-    return [int(ref["id"]) for ref in refs if isinstance(ref, dict) and ref.get("id")]
 
 
 @runs_app.command("cancel")

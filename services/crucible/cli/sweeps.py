@@ -18,9 +18,10 @@ import typer
 import yaml
 from pydantic import ValidationError
 
+from crucible import provenance
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.output import console, table
-from crucible.client import calls, provenance
+from crucible.client import calls
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.errors import CrucibleError
 from crucible.domain.specs import SweepManifest

@@ -16,7 +16,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from crucible.client import ApiError, CrucibleClient, provenance
+from crucible import provenance
+from crucible.client import ApiError, CrucibleClient
 from crucible.demo.loop import LoopSize, loop_manifests, run_names
 from crucible.domain.enums import Phase, RunKind
 from crucible.domain.errors import CrucibleError

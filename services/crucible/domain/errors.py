@@ -41,6 +41,7 @@ class InvalidInput(CrucibleError):
         super().__init__(f"{field}: {message} (got {value!r})")
         self.field = field
         self.value = value
+        self.message = message
         self.location = location
 
 

@@ -27,3 +27,18 @@ export function useExperiment(id: number | undefined) {
       ),
   });
 }
+
+export function useRun(id: number | undefined) {
+  return useQuery({
+    queryKey: ['run', id],
+    enabled: id !== undefined,
+    queryFn: async () => unwrap(await api.GET('/api/v1/runs/{run_id}', { params: { path: { run_id: id ?? 0 } } })),
+  });
+}
+
+export function useCluster() {
+  return useQuery({
+    queryKey: ['cluster'],
+    queryFn: async () => unwrap(await api.GET('/api/v1/cluster')),
+  });
+}

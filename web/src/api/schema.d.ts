@@ -297,6 +297,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/deployments/{deployment_id}/promote": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Promote Checkpoint
+         * @description Serve another checkpoint of the deployment's project from it (editor tokens). Accepted,
+         *     not done: a worker sets the ServedModel's `spec.checkpoint` to `{id: checkpoint_id}`, and
+         *     the operator rolls the pods to it one at a time; the deployment's `checkpoint_id` follows
+         *     at its next report. A checkpoint of another project, or one deleted by retention, is a
+         *     422.
+         */
+        post: operations["promoteCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/evals": {
         parameters: {
             query?: never;
@@ -427,6 +451,28 @@ export interface paths {
         get: operations["getLineage"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/manifests/validate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Validate Manifest
+         * @description Every problem `POST /runs` (TrainingRun, RolloutJob, EvalJob) or `POST /sweeps`
+         *     (Sweep, every trial's config included) would refuse the manifest for, each at its path.
+         *     A viewer may ask; nothing is written.
+         */
+        post: operations["validateManifest"];
         delete?: never;
         options?: never;
         head?: never;
@@ -749,7 +795,9 @@ export interface paths {
         put?: never;
         /**
          * Heartbeat
-         * @description The workload is alive: sets the attempt's `heartbeat_at` to now.
+         * @description The workload is alive: sets the attempt's `heartbeat_at` to now. It may carry how the
+         *     run's live profile request stands (`profile`); the answer carries the request the run
+         *     is to record (`profile_request`), so the workload needs no other call to hear of it.
          */
         post: operations["heartbeat"];
         delete?: never;
@@ -924,6 +972,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/profile": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Request Run Profile
+         * @description Record the next `steps` steps of a Running TrainingRun (the built-in train job) with
+         *     the torch profiler. The run hears of it with its next heartbeat's answer and reports
+         *     the steps it chose (`first_step`, `last_step`) and when the files are written (`done`);
+         *     the profiles then appear in `GET /runs/{id}/profiles`. 409 when the run is not
+         *     Running, cannot take requests, or has one open already.
+         */
+        post: operations["requestRunProfile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/profiles": {
         parameters: {
             query?: never;
@@ -933,8 +1005,9 @@ export interface paths {
         };
         /**
          * List Run Profiles
-         * @description Each rank's profile of the steps `config.train.profile_from_step` chose: its top
-         *     kernels and how the steps' time split. For a Kubernetes run, where its profiles are.
+         * @description Each rank's profile of the steps `config.train.profile_from_step` or a live request
+         *     chose: its top kernels and how the steps' time split. For a Kubernetes run, where its
+         *     profiles are. With them, the run's live requests and how each stands.
          */
         get: operations["listRunProfiles"];
         put?: never;
@@ -959,6 +1032,29 @@ export interface paths {
          *     fetch() hands over the JSON and `curl --compressed` writes it.
          */
         get: operations["getRunProfileTrace"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/reproduction": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Run Reproduction
+         * @description The body to POST to /runs that runs this run again exactly, as `crucible runs
+         *     reproduce` builds it: inputs pinned to the versions it read, the image digest its pods
+         *     ran (Kubernetes), or its code as it is now on this server's machine, where the local
+         *     executor runs it, checked against what the run recorded. 409 saying why when it cannot.
+         */
+        get: operations["getRunReproduction"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1248,6 +1344,8 @@ export interface components {
              * @description Number of the attempt that is alive.
              */
             attempt: number;
+            /** @description How the run's live profile request stands (the SDK sends it until a heartbeat carrying it is answered). */
+            profile?: components["schemas"]["ProfileProgress"] | null;
         };
         /** AttemptPublic */
         AttemptPublic: {
@@ -2156,6 +2254,57 @@ export interface components {
              */
             top: string;
         };
+        /** HeartbeatAnswer */
+        HeartbeatAnswer: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** End Reason */
+            end_reason: string | null;
+            /** Ended At */
+            ended_at: string | null;
+            /** Exit Code */
+            exit_code: number | null;
+            /**
+             * Heartbeat At
+             * @description Last heartbeat from the workload; stale while running means it may hang.
+             */
+            heartbeat_at: string | null;
+            /** Id */
+            id: number;
+            /**
+             * Image
+             * @description The image its first pod ran (Kubernetes).
+             */
+            image: string | null;
+            /**
+             * Image Id
+             * @description That image's digest as the kubelet resolved it (`imageID` in the pod status): what ran, whatever the tag points to now.
+             */
+            image_id: string | null;
+            /** Message */
+            message: string;
+            /** Number */
+            number: number;
+            /**
+             * Packages
+             * @description Package versions the workload reported when it started.
+             */
+            packages: {
+                [key: string]: string;
+            } | null;
+            /** @description The run's profile request still to record (`pending`, or `started` by an attempt that may have ended), for the workload to take at its next step. */
+            profile_request?: components["schemas"]["ProfileRequestPublic"] | null;
+            /** Resumed From Checkpoint Id */
+            resumed_from_checkpoint_id: number | null;
+            /** Run Id */
+            run_id: number;
+            start_reason: components["schemas"]["AttemptReason"];
+            /** Started At */
+            started_at: string | null;
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
@@ -2282,6 +2431,39 @@ export interface components {
              * @description True when the log is longer than what came back.
              */
             truncated: boolean;
+        };
+        /** ManifestCheck */
+        ManifestCheck: {
+            /**
+             * Manifest
+             * @description Any JSON, as parsed from the editor's YAML: a TrainingRun, RolloutJob, EvalJob or Sweep is checked as `POST /runs` or `POST /sweeps` would check it.
+             */
+            manifest: unknown;
+            /**
+             * Project
+             * @description Project name.
+             */
+            project: string;
+        };
+        /** ManifestProblem */
+        ManifestProblem: {
+            /** Message */
+            message: string;
+            /**
+             * Path
+             * @description Where in the manifest, as keys and list indexes joined by dots (`spec.config.train.lr`, `spec.inputs.0.dataset`); empty for the manifest itself.
+             */
+            path: string;
+        };
+        /** ManifestValidation */
+        ManifestValidation: {
+            /**
+             * Errors
+             * @description Every problem found; empty when valid.
+             */
+            errors: components["schemas"]["ManifestProblem"][];
+            /** Valid */
+            valid: boolean;
         };
         /**
          * MetricBatch
@@ -2678,6 +2860,23 @@ export interface components {
              */
             teacher?: string | null;
         };
+        /**
+         * ProfileProgress
+         * @description What the run's SDK reports of a request, in a heartbeat.
+         */
+        ProfileProgress: {
+            /** First Step */
+            first_step: number;
+            /** Last Step */
+            last_step: number;
+            /** Request Id */
+            request_id: number;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "started" | "done";
+        };
         /** ProfilePublic */
         ProfilePublic: {
             /** First Step */
@@ -2699,6 +2898,52 @@ export interface components {
              */
             trace_bytes: number | null;
         };
+        /** ProfileRequestCreate */
+        ProfileRequestCreate: {
+            /**
+             * Steps
+             * @description How many steps to record, from the run's next step.
+             */
+            steps: number;
+        };
+        /** ProfileRequestPublic */
+        ProfileRequestPublic: {
+            /**
+             * First Step
+             * @description The first step recorded, once the trainer started (`started`).
+             */
+            first_step: number | null;
+            /** Id */
+            id: number;
+            /**
+             * Last Step
+             * @description The last step recorded: `first_step + steps - 1`, or the run's last step when that comes first.
+             */
+            last_step: number | null;
+            /**
+             * Requested At
+             * Format: date-time
+             */
+            requested_at: string;
+            /** Run Id */
+            run_id: number;
+            state: components["schemas"]["ProfileRequestState"];
+            /**
+             * Steps
+             * @description As requested.
+             */
+            steps: number;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /**
+         * ProfileRequestState
+         * @enum {string}
+         */
+        ProfileRequestState: "pending" | "started" | "done";
         /**
          * ProfileSummary
          * @description Where the profiled steps' time went (crucible.workloads.profile_summary explains the
@@ -2769,6 +3014,38 @@ export interface components {
         ProjectUpdate: {
             /** Description */
             description?: string | null;
+        };
+        /**
+         * Promotion
+         * @description Serve another checkpoint from a deployment.
+         */
+        Promotion: {
+            /**
+             * Checkpoint Id
+             * @description A live checkpoint of the deployment's project (not deleted by retention).
+             */
+            checkpoint_id: number;
+        };
+        /**
+         * PromotionAccepted
+         * @description A promotion recorded; a worker sets the ServedModel's `spec.checkpoint` to it, and the
+         *     operator then rolls the pods, one at a time.
+         */
+        PromotionAccepted: {
+            /** Checkpoint Id */
+            checkpoint_id: number;
+            /** Deployment Id */
+            deployment_id: number;
+            /**
+             * Name
+             * @description The ServedModel's name.
+             */
+            name: string;
+            /**
+             * Namespace
+             * @description Where the ServedModel is: the project's namespace.
+             */
+            namespace: string;
         };
         /**
          * RecoveryPolicy
@@ -3094,6 +3371,11 @@ export interface components {
              * @description By first step, then rank.
              */
             profiles: components["schemas"]["ProfilePublic"][];
+            /**
+             * Requests
+             * @description Profiles asked of the run while it ran (`POST /runs/{id}/profile`), newest first; a `done` one's files are among `profiles` (a local run's).
+             */
+            requests?: components["schemas"]["ProfileRequestPublic"][];
             /** Run Id */
             run_id: number;
         };
@@ -3329,6 +3611,11 @@ export interface components {
         };
         /** SweepMetric */
         SweepMetric: {
+            /**
+             * Evalsuite
+             * @description Judge trials by this eval suite's score `name` of their checkpoints (a suite in `run.evals`), not by a metric they log.
+             */
+            evalSuite?: string | null;
             /**
              * Goal
              * @description Which way is better.
@@ -4293,6 +4580,42 @@ export interface operations {
             };
         };
     };
+    promoteCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                deployment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Promotion"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PromotionAccepted"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     recordEvalResult: {
         parameters: {
             query?: never;
@@ -4617,6 +4940,39 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["LineageGraph"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    validateManifest: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ManifestCheck"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ManifestValidation"];
                 };
             };
             /** @description Validation Error */
@@ -5408,7 +5764,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AttemptPublic"];
+                    "application/json": components["schemas"]["HeartbeatAnswer"];
                 };
             };
             /** @description Validation Error */
@@ -5768,6 +6124,42 @@ export interface operations {
             };
         };
     };
+    requestRunProfile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProfileRequestCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProfileRequestPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     listRunProfiles: {
         parameters: {
             query?: never;
@@ -5821,6 +6213,45 @@ export interface operations {
                 content: {
                     "application/json": unknown;
                 };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    getRunReproduction: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Database id. */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunSubmit"];
+                };
+            };
+            /** @description The run cannot be reproduced; `detail` says why. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Validation Error */
             422: {

@@ -31,11 +31,19 @@ export function Project({ id }: { id: number }) {
         <a href={href.projects()}>Projects</a> / {name ?? '…'}
       </nav>
       <h1>Experiments in {name ?? '…'}</h1>
+      <nav className="toolbar" aria-label="Submit">
+        <a className="button" href={href.submit(id)}>
+          New run
+        </a>
+        <a className="button" href={href.submit(id, { from: 'sweep' })}>
+          Start a sweep
+        </a>
+      </nav>
       {(project.isPending || experiments.isPending) && <Loading what="experiments" />}
       {experiments.isError && <ErrorBox error={experiments.error} />}
       {experiments.data?.items.length === 0 && (
         <Empty>
-          No experiments yet. Submitting a run creates its experiment:{' '}
+          No experiments yet. Submitting a run creates its experiment: New run above, or{' '}
           <code>crucible submit run.yaml</code>.
         </Empty>
       )}

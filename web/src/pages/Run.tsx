@@ -101,6 +101,14 @@ export function Run({ id }: { id: number }) {
         )}
       </h1>
       {live && <RunActions run={r} />}
+      <nav className="toolbar" aria-label="Run again">
+        <a className="button" href={href.submit(r.project_id, { from: 'resubmit', runId: r.id })}>
+          Resubmit
+        </a>
+        <a className="button" href={href.submit(r.project_id, { from: 'reproduce', runId: r.id })}>
+          Reproduce
+        </a>
+      </nav>
       <dl className="facts">
         <dt>Kind</dt>
         <dd>{r.kind}</dd>

@@ -6,7 +6,7 @@ from sse_starlette.sse import EventSourceResponse
 from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId, PathNumber, QueryId
 from crucible.api.streaming import event_stream
-from crucible.core import goodput, inputs, runs
+from crucible.core import goodput, inputs, reproductions, runs
 from crucible.core.storage_check import require_usable_storage
 from crucible.domain.enums import Phase, RunKind
 from crucible.domain.json_values import MAX_INT64
@@ -19,6 +19,7 @@ from crucible.schemas.runs import (
     AttemptPublic,
     AttemptStart,
     EventFeed,
+    HeartbeatAnswer,
     InputsResolution,
     PhaseReport,
     RunEventPublic,
@@ -92,6 +93,21 @@ def preempt_run(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunPub
     """Preempt a Running run like a node drain: SIGTERM, the workload checkpoints and exits."""
     with uow() as session:
         return runs.request_preemption(session=session, principal=principal, run_id=run_id)
+
+
+@router.get(
+    "/runs/{run_id}/reproduction",
+    operation_id="getRunReproduction",
+    response_model_exclude_none=True,
+    responses={409: {"description": "The run cannot be reproduced; `detail` says why."}},
+)
+def get_run_reproduction(run_id: PathId, uow: Uow, principal: CurrentPrincipal) -> RunSubmit:
+    """The body to POST to /runs that runs this run again exactly, as `crucible runs
+    reproduce` builds it: inputs pinned to the versions it read, the image digest its pods
+    ran (Kubernetes), or its code as it is now on this server's machine, where the local
+    executor runs it, checked against what the run recorded. 409 saying why when it cannot."""
+    with uow() as session:
+        return reproductions.run_reproduction(session=session, principal=principal, run_id=run_id)
 
 
 @router.get("/runs/{run_id}/goodput", operation_id="getRunGoodput")
@@ -176,8 +192,10 @@ def report_environment(
 @router.post("/runs/{run_id}/heartbeat", operation_id="heartbeat")
 def heartbeat(
     run_id: PathId, body: AttemptHeartbeat, uow: Uow, principal: CurrentPrincipal
-) -> AttemptPublic:
-    """The workload is alive: sets the attempt's `heartbeat_at` to now."""
+) -> HeartbeatAnswer:
+    """The workload is alive: sets the attempt's `heartbeat_at` to now. It may carry how the
+    run's live profile request stands (`profile`); the answer carries the request the run
+    is to record (`profile_request`), so the workload needs no other call to hear of it."""
     with uow() as session:
         return runs.heartbeat(
             session=session, principal=principal, run_id=run_id, heartbeat_in=body

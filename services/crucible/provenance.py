@@ -1,7 +1,8 @@
-"""The state of the code a run comes from, as `crucible submit` records it and `crucible runs
-reproduce` checks it: the git commit of its directory's work tree, and a digest of whatever
-in that directory differs from the commit (tracked changes and untracked files git does not
-ignore). Changes elsewhere in the work tree are not the run's code and do not count.
+"""The state of the code a run comes from, as `crucible submit` records it and a
+reproduction checks it (`reproduction.py`, in the CLI and in the server): the git commit of
+its directory's work tree, and a digest of whatever in that directory differs from the
+commit (tracked changes and untracked files git does not ignore). Changes elsewhere in the
+work tree are not the run's code and do not count.
 
 Only git's plumbing is used, through a throwaway index, so recording never touches the
 user's index, stash or work tree.

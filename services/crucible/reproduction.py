@@ -1,26 +1,34 @@
-"""`crucible runs reproduce`: the submission that runs a finished run again exactly, or the
-reason it cannot. Exactly means the spec as it was resolved (every `@latest`, `producedBy`
-and checkpoint-by-name replaced by the version the run read), the image digest its pods ran
+"""The submission that runs a finished run again exactly, or the reason it cannot: what
+`crucible runs reproduce` submits, and what `GET /runs/{id}/reproduction` answers for the
+dashboard (core/reproductions.py).
+
+Exactly means the spec as it was resolved (every `@latest`, `producedBy` and
+checkpoint-by-name replaced by the version the run read), the image digest its pods ran
 (Kubernetes), or the same commit and uncommitted changes of its code's directory (local). A
 code package (`codePackage`) is pinned by its artifact id; for a run with a command of its
 own, it stands for that directory.
+
+The local backend runs code from the machine it runs on, so the code to check is that
+machine's: the CLI's when it submits, the server's when the dashboard asks.
 """
 
 import copy
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from crucible.client.provenance import differences
+from crucible import provenance
 from crucible.domain.artifact_refs import pin_artifact_refs
 from crucible.domain.enums import Backend
-from crucible.domain.errors import CrucibleError
+from crucible.domain.errors import Conflict
 from crucible.domain.resources import TAG_PREFIX, TAG_REPRODUCES
 from crucible.domain.specs import MAX_RUN_NAME
 from crucible.schemas.provenance import CodeSource
 from crucible.schemas.runs import AttemptPublic, RunPublic, RunSubmit
 
 
-class CannotReproduce(CrucibleError):
-    pass
+class CannotReproduce(Conflict):
+    """The run's record, or the code here, cannot give back what it ran (409 in the API)."""
 
 
 def reproduction_name(name: str, number: int) -> str:
@@ -133,7 +141,7 @@ def _same_code(run: RunPublic, current: CodeSource | None) -> CodeSource | None:
     if recorded.package is not None and run.manifest["spec"].get("command"):
         # The command's code is the package, which the spec pins by artifact id and every
         # start checks by digest: only what is installed here must still match.
-        found = differences(recorded.model_copy(update={"git": None}), current)
+        found = provenance.differences(recorded.model_copy(update={"git": None}), current)
         if found:
             raise CannotReproduce(f"run {run.id}'s code cannot be had here: " + "; ".join(found))
         return recorded
@@ -142,10 +150,53 @@ def _same_code(run: RunPublic, current: CodeSource | None) -> CodeSource | None:
             f"run {run.id}'s code in {recorded.directory} was not in a git work tree, so "
             "there is no commit to check it against"
         )
-    found = differences(recorded, current)
+    found = provenance.differences(recorded, current)
     if found:
         raise CannotReproduce(
             f"run {run.id}'s code cannot be had here: " + "; ".join(found) + ". Check out "
             "that state (or pass --code-dir to a checkout of it) and try again."
         )
     return current
+
+
+def current_code(run: RunPublic, code_dir: Path | None = None) -> CodeSource | None:
+    """The state, on this machine, of the code a local reproduction of `run` would run:
+    that of `code_dir`, else of the directory the run's code was recorded in (the reference
+    workloads' for a run without a command of its own); None where there is none (or for a
+    Kubernetes run, whose image is its code)."""
+    if run.backend != Backend.local.value or run.code is None:
+        return None
+    if code_dir is not None:
+        directory = code_dir
+    elif run.manifest["spec"].get("command"):
+        directory = Path(run.code.directory)
+    else:
+        directory = provenance.reference_code_directory()
+    if run.code.package is not None and run.manifest["spec"].get("command"):
+        # The package is the command's code: only what is installed here counts.
+        return CodeSource(directory=str(directory), packages=provenance.installed_packages())
+    if directory.is_dir():
+        return provenance.capture(directory)
+    return None
+
+
+def refuse_deleted_checkpoints(
+    run: RunPublic, request: RunSubmit, is_deleted: Callable[[int], bool]
+) -> None:
+    """CannotReproduce when a checkpoint the reproduction reads was deleted by retention."""
+    pinned = request.manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for checkpoint_id in pinned_checkpoints(pinned["spec"]):
+        if is_deleted(checkpoint_id):
+            raise CannotReproduce(
+                f"checkpoint {checkpoint_id}, which run {run.id} read, was deleted by "
+                "retention; the run cannot be reproduced"
+            )
+
+
+def pinned_checkpoints(spec: dict[str, Any]) -> list[int]:
+    refs = [
+        spec.get("initFrom"),
+        (spec.get("policy") or {}).get("checkpoint"),
+        spec.get("checkpoint"),
+    ]
+    return [int(ref["id"]) for ref in refs if isinstance(ref, dict) and ref.get("id")]
