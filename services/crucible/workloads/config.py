@@ -74,6 +74,10 @@ class TaskConfig:
     """Share of all possible problems reserved for evaluation, never trained on."""
 
 
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+"""`TrainConfig.precision`'s values (`workloads/precision.py`)."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The training loop: SFT or RL."""
@@ -123,16 +127,36 @@ class TrainConfig:
     compile: bool = False
     """Wrap the model in torch.compile (each block on its own under FSDP)."""
 
-    precision: Literal["bf16", "fp8"] = "bf16"
-    """Matmul precision of the transformer blocks' Linear layers. "bf16": autocast as `bf16`
-    says. "fp8": scaled float8 matmuls (e4m3 forward, e5m2 gradients, dynamic per-tensor
-    scales; `workloads/fp8.py`) with the rest in bf16; needs a GPU with fp8 tensor cores
-    (H100/H200) and is refused elsewhere. Per-layer amax and scale are logged as
-    `fp8/<layer>/<stat>` every `fp8_stats_every` steps."""
+    precision: Literal["bf16", "fp8", "mxfp8", "nvfp4"] = "bf16"
+    """Matmul precision of the transformer blocks' Linear layers (`workloads/precision.py`).
+    "bf16": autocast as `bf16` says. "fp8": scaled float8 matmuls (e4m3 forward, e5m2
+    gradients, dynamic per-tensor scales; `workloads/fp8.py`) with the rest in bf16; needs a
+    GPU with fp8 tensor cores (H100/H200) and is refused elsewhere. Per-layer amax and scale
+    are logged as `fp8/<layer>/<stat>` every `fp8_stats_every` steps. "mxfp8" (OCP MX: 32
+    values share a power-of-two scale, e4m3 elements) and "nvfp4" (16 e2m1 values share an
+    e4m3 scale, under an fp32 tensor scale): emulated on any device (`workloads/numerics/`),
+    numerics and not speed, only with `emulate_precision`; they log
+    `numerics/<layer>/<operand>_{saturated,underflow}` at the same steps."""
+
+    emulate_precision: bool = False
+    """Let "mxfp8" and "nvfp4" run emulated: each GEMM operand rounded through the format and
+    back, the matmul in float32. Without it they are refused at start, naming the device."""
+
+    mxfp8_scale_rounding: Literal["ceil", "floor"] = "ceil"
+    """"ceil": each block's scale is the smallest power of two that saturates nothing, as
+    NVIDIA trains; "floor": the OCP spec's algorithm, which saturates a block's largest
+    values at times."""
+
+    nvfp4_stochastic_rounding: bool = True
+    """NVIDIA's NVFP4 recipe rounds gradients stochastically (unbiased); false: to nearest."""
+
+    nvfp4_hadamard: bool = True
+    """NVIDIA's NVFP4 recipe applies a 16x16 random Hadamard transform to the weight-gradient
+    GEMM's operands, spreading outliers across a block; false: none."""
 
     fp8_stats_every: int = 50
     """With precision "fp8": log the per-layer amax/scale statistics every this many steps
-    (and at step 1)."""
+    (and at step 1); with "mxfp8" or "nvfp4", the saturation and underflow shares."""
 
     profile_from_step: int = 0
     """Record `profile_steps` steps with the torch profiler, starting at this step (0:
@@ -186,8 +210,15 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("sft", "rl"):
             raise ValueError(f"mode={self.mode!r} is not supported; use 'sft' or 'rl'")
-        if self.precision not in ("bf16", "fp8"):
-            raise ValueError(f"precision={self.precision!r} is not supported; use 'bf16' or 'fp8'")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision={self.precision!r} is not supported; use one of "
+                + ", ".join(repr(p) for p in PRECISIONS)
+            )
+        if self.mxfp8_scale_rounding not in ("ceil", "floor"):
+            raise ValueError(
+                f"mxfp8_scale_rounding={self.mxfp8_scale_rounding!r}: use 'ceil' or 'floor'"
+            )
 
 
 @dataclass(frozen=True)

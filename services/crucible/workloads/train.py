@@ -32,13 +32,18 @@ from crucible.workloads.checkpoint import Checkpointer, Stateful
 from crucible.workloads.config import DataConfig, ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Row, collate_rows
 from crucible.workloads.flops import StepFlops, bf16_peak_flops
-from crucible.workloads.fp8 import convert_to_float8, float8_stats
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.model_spec import ModelSpec, as_model_spec
 from crucible.workloads.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
     compile_blocks,
+)
+from crucible.workloads.precision import (
+    apply_precision,
+    load_precision_state,
+    precision_state,
+    precision_stats,
 )
 from crucible.workloads.profile_summary import (
     DATA_ANNOTATION,
@@ -108,8 +113,7 @@ class Trainer:
         if init_model_state is not None:
             self.raw_model.load_state_dict(init_model_state)
         self.reference = maybe_build_reference(config, self.raw_model)
-        if config.precision == "fp8":
-            convert_to_float8(self.raw_model)
+        apply_precision(config, self.raw_model, self.device)
         apply_activation_checkpointing(self.raw_model, config.activation_checkpointing)
         self.model = parallelize(config, self.raw_model, self.device)
         self.batch_loss = compile_loss(config, self.forward_loss)
@@ -246,13 +250,13 @@ class Trainer:
             "tokens": float(sum(row_targets)),
             "model_flops": float(self.step_flops.of_rows(row_targets)),
         }
-        if self._fp8_stats_due():
-            metrics.update(float8_stats(self.raw_model))
+        if self._precision_stats_due():
+            metrics.update(precision_stats(self.config, self.raw_model))
         return metrics
 
-    def _fp8_stats_due(self) -> bool:
+    def _precision_stats_due(self) -> bool:
         every = self.config.fp8_stats_every
-        return self.config.precision == "fp8" and (
+        return self.config.precision != "bf16" and (
             self.step == 1 or (every > 0 and self.step % every == 0)
         )
 
@@ -490,6 +494,7 @@ class TrainerState:
             "scheduler": trainer.scheduler.state_dict(),
             "data": trainer.data.state_dict(),
             "rng": rng_state(),
+            "precision": precision_state(trainer.config, trainer.raw_model),
         }
         return {
             "model": model_state,
@@ -513,6 +518,7 @@ class TrainerState:
         trainer.scheduler.load_state_dict(progress["scheduler"])
         trainer.data.load_state_dict(progress["data"])
         load_rng_state(progress["rng"])
+        load_precision_state(trainer.raw_model, progress.get("precision", {}))
         trainer.step = int(progress["step"])
 
 

@@ -1,0 +1,208 @@
+"""Linear layers whose GEMMs see MXFP8 or NVFP4 numerics, emulated: every operand is rounded
+through the format and back, and the matmuls run in float32 on the rounded values.
+
+This is for studying a recipe's numerics on any device, CPU included, not for speed: the
+rounding matches the formats bit for bit (tests/workloads/numerics check it against the
+scalar references), while a real block-scaled kernel would differ only in its float32
+accumulation order. Which operand is rounded how is recipes.py's business; the saturation and
+underflow of each is kept for telemetry.numerics_stats.
+"""
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from crucible.workloads.numerics.recipes import (
+    MXFP8Recipe,
+    NVFP4Recipe,
+    OperandQuantizer,
+    Recipe,
+)
+from crucible.workloads.numerics.telemetry import OPERANDS, SHARES_BUFFER, empty_shares
+
+Format = Literal["mxfp8", "nvfp4"]
+RECIPES: dict[str, type[MXFP8Recipe] | type[NVFP4Recipe]] = {
+    "mxfp8": MXFP8Recipe,
+    "nvfp4": NVFP4Recipe,
+}
+
+
+class _EmulatedMatmul(torch.autograd.Function):
+    """y = x @ w.T with every GEMM operand rounded through the recipe's format.
+
+    x and w are saved in their own precision and quantized again, along the other dimension,
+    in the backward pass.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        x: Tensor,
+        weight: Tensor,
+        shares: Tensor,
+        quantize: OperandQuantizer,
+    ) -> Tensor:
+        x_q, x_shares = quantize("input", x)
+        w_q, w_shares = quantize("weight", weight)
+        with _float32_matmuls(x):
+            y = x_q @ w_q.t()
+        _record(shares, ("input", x_shares), ("weight", w_shares))
+        ctx.save_for_backward(x, weight, shares)
+        ctx.quantize = quantize  # type: ignore[attr-defined]
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor
+    ) -> tuple[Tensor, Tensor, None, None]:
+        x, weight, shares = ctx.saved_tensors  # type: ignore[attr-defined]
+        quantize: OperandQuantizer = ctx.quantize  # type: ignore[attr-defined]
+        g_q, g_shares = quantize("grad_output", grad_out)
+        wt_q, wt_shares = quantize("weight_t", weight.t())
+        # wgrad reduces over the tokens, so its operands are quantized along them; a token
+        # count that is not a multiple of the block is padded with zeros, which change no
+        # block's amax and add nothing to the product.
+        block = quantize.recipe.block_size
+        pad = -x.shape[0] % block
+        gt_q, gt_shares = quantize("grad_output_t", F.pad(grad_out.t(), (0, pad)))
+        xt_q, xt_shares = quantize("input_t", F.pad(x.t(), (0, pad)))
+        with _float32_matmuls(x):
+            grad_x = g_q @ wt_q.t()
+            grad_w = gt_q @ xt_q.t()
+        _record(
+            shares,
+            ("grad_output", g_shares),
+            ("weight_t", wt_shares),
+            ("grad_output_t", gt_shares),
+            ("input_t", xt_shares),
+        )
+        return grad_x.to(x.dtype), grad_w.to(weight.dtype), None, None
+
+
+def _float32_matmuls(x: Tensor) -> torch.autocast:
+    # Autocast would run these in bf16 and round the dequantized operands a second time.
+    return torch.autocast(x.device.type, enabled=False)
+
+
+def _record(shares: Tensor, *rows: tuple[str, Tensor]) -> None:
+    if torch.compiler.is_compiling():
+        # Compiled graphs may not mutate a buffer in the backward pass; telemetry is eager-only.
+        return
+    with torch.no_grad():
+        for operand, values in rows:
+            shares[OPERANDS.index(operand)].copy_(values)
+
+
+class EmulatedLinear(nn.Linear):
+    """A drop-in nn.Linear whose GEMMs see the recipe's numerics; the bias is added unrounded.
+
+    Its state dict is nn.Linear's (the telemetry buffer is not persistent), so checkpoints move
+    freely between emulated and plain runs.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        recipe: Recipe,
+        layer_seed: int = 0,
+    ) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        _check_features(in_features, out_features, recipe)
+        self.recipe = recipe
+        self.quantize = OperandQuantizer(recipe, layer_seed=layer_seed)
+        self.register_buffer(SHARES_BUFFER, empty_shares(self.weight.device), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_autocast_enabled(x.device.type):
+            # The GEMM would read a bf16 input under autocast, so that is what gets rounded.
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        leading = x.shape[:-1]
+        y = _EmulatedMatmul.apply(
+            x.reshape(-1, self.in_features),
+            self.weight,
+            self.get_buffer(SHARES_BUFFER),
+            self.quantize,
+        )
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*leading, self.out_features)  # type: ignore[no-any-return]
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, recipe={self.recipe}"
+
+
+def convert_to_emulated(
+    model: nn.Module,
+    fmt: Format,
+    options: Recipe | None = None,
+    *,
+    skip: tuple[str, ...] = ("lm_head",),
+) -> int:
+    """Swap every nn.Linear in `model` (except those named in `skip`) for an EmulatedLinear
+    sharing its parameters; returns how many were swapped.
+
+    `options` defaults to the format's recipe (MXFP8Recipe() or NVFP4Recipe()). The tied output
+    head stays in full precision by default, as with fp8.convert_to_float8: it is also the
+    embedding, and its logits feed the softmax directly. Every layer gets its own
+    stochastic-rounding stream, numbered in module order.
+    """
+    if fmt not in RECIPES:
+        raise ValueError(f"numerics format {fmt!r}: use one of {sorted(RECIPES)}")
+    recipe = options if options is not None else RECIPES[fmt]()
+    if not isinstance(recipe, RECIPES[fmt]):
+        raise TypeError(
+            f"format {fmt!r} takes a {RECIPES[fmt].__name__}; got {type(recipe).__name__}"
+        )
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear or name in skip:
+                continue
+            layer = EmulatedLinear(
+                child.in_features,
+                child.out_features,
+                bias=child.bias is not None,
+                recipe=recipe,
+                layer_seed=swapped,
+            )
+            layer.to(child.weight.device)
+            layer.weight = child.weight
+            layer.bias = child.bias
+            setattr(parent, name, layer)
+            swapped += 1
+    return swapped
+
+
+def rounding_states(model: nn.Module) -> dict[str, dict[str, list[int]]]:
+    """Every EmulatedLinear's stochastic-rounding streams, by module name (the trainer's
+    checkpoint keeps them beside the other RNGs)."""
+    return {
+        name: module.quantize.rounding_state()
+        for name, module in model.named_modules()
+        if isinstance(module, EmulatedLinear)
+    }
+
+
+def load_rounding_states(model: nn.Module, states: dict[str, dict[str, list[int]]]) -> None:
+    modules = dict(model.named_modules())
+    for name, state in states.items():
+        module = modules.get(name)
+        if not isinstance(module, EmulatedLinear):
+            raise ValueError(f"the checkpoint's rounding state names {name!r}, no emulated layer")
+        module.quantize.load_rounding_state(state)
+
+
+def _check_features(in_features: int, out_features: int, recipe: Recipe) -> None:
+    # The forward GEMM blocks in_features, dgrad out_features.
+    block = recipe.block_size
+    if in_features % block or out_features % block:
+        fmt = "mxfp8" if isinstance(recipe, MXFP8Recipe) else "nvfp4"
+        raise ValueError(
+            f"{fmt} Linear needs in/out features divisible by {block}; got "
+            f"{in_features}x{out_features}: pick widths that are multiples of {block}"
+        )

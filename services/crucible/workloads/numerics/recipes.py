@@ -1,0 +1,124 @@
+"""Which operand of a Linear layer's three GEMMs is quantized how, for each emulated format.
+
+A Linear layer runs three GEMMs: forward y = x @ w.T (reducing over in_features), dgrad
+dx = dy @ w (over out_features) and wgrad dw = dy.T @ x (over tokens). Block scales run along
+the dimension a GEMM reduces over, so each GEMM gets its own quantized copy of its operands,
+as Transformer Engine makes "rowwise" and "columnwise" copies; here they are made in the
+backward pass from the saved high-precision x and w, which gives the same values as saving
+the copies.
+
+MXFP8 (TE's MXFP8BlockScaling): every operand in 1x32 blocks, E4M3 by default for all of
+them (TE: the fine-grained scales leave no need for E5M2's range), round-to-nearest-even.
+
+NVFP4 (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149; TE's
+NVFP4BlockScaling and its reference quantizer factory):
+- weights in 16x16 2-D blocks, so forward and dgrad see the same quantized weight;
+- inputs and gradients in 1x16 blocks;
+- the random Hadamard transform on both wgrad operands (along the tokens), nowhere else;
+- stochastic rounding on the gradient (dgrad and wgrad), round-to-nearest-even elsewhere.
+The paper also keeps some layers (mostly the last ones) in high precision; which ones is
+`convert_to_emulated`'s skip list.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from crucible.workloads.numerics import mxfp8, nvfp4
+from crucible.workloads.numerics.hadamard import apply_hadamard, random_hadamard
+from crucible.workloads.numerics.telemetry import saturation_and_underflow
+
+
+@dataclass(frozen=True)
+class MXFP8Recipe:
+    scale_rounding: mxfp8.ScaleRounding = "ceil"
+    """"ceil" as NVIDIA trains (no block saturates); "floor" is the OCP spec's algorithm.
+    See mxfp8.py for why the default is not the spec's."""
+    element: mxfp8.Element = "e4m3"
+    """Element format of the input and weight."""
+    grad_element: mxfp8.Element = "e4m3"
+    """Element format of the gradient; "e5m2" is TE's HYBRID."""
+
+    @property
+    def block_size(self) -> int:
+        return mxfp8.BLOCK_SIZE
+
+
+@dataclass(frozen=True)
+class NVFP4Recipe:
+    stochastic_rounding: bool = True
+    """Round the gradient stochastically (unbiased), everything else to nearest even."""
+    hadamard: bool = True
+    """Apply the random Hadamard transform to both operands of the wgrad GEMM."""
+    weight_2d_blocks: bool = True
+    """Scale the weight per 16x16 tile rather than per 1x16 row segment."""
+    seed: int = 0
+    """Seeds the Hadamard signs (shared by all layers) and each layer's rounding draws."""
+
+    @property
+    def block_size(self) -> int:
+        return nvfp4.BLOCK_SIZE
+
+
+Recipe = MXFP8Recipe | NVFP4Recipe
+GRADIENT_OPERANDS = ("grad_output", "grad_output_t")
+WGRAD_OPERANDS = ("grad_output_t", "input_t")
+
+
+class OperandQuantizer:
+    """Rounds one layer's GEMM operands through its recipe's format and back to float32."""
+
+    def __init__(self, recipe: Recipe, *, layer_seed: int = 0) -> None:
+        self.recipe = recipe
+        # One stream per layer: layers drawing from one shared stream would make each
+        # layer's rounding depend on how many layers ran before it.
+        recipe_seed = recipe.seed if isinstance(recipe, NVFP4Recipe) else 0
+        self._rounding_seed = recipe_seed * 1_000_003 + layer_seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+        rotates = isinstance(recipe, NVFP4Recipe) and recipe.hadamard
+        self._hadamard = random_hadamard(recipe_seed) if rotates else None
+
+    def __call__(self, operand: str, t: Tensor) -> tuple[Tensor, Tensor]:
+        """(t through the format and back as float32, [saturated share, underflow share]).
+
+        `t` is laid out with the GEMM's reduction dimension last. The wgrad operands come back
+        Hadamard-transformed when the recipe says so; the transform cancels in their product.
+        """
+        t = t.float()
+        quantized: mxfp8.MXFP8Tensor | nvfp4.NVFP4Tensor
+        if isinstance(self.recipe, MXFP8Recipe):
+            element = (
+                self.recipe.grad_element if operand in GRADIENT_OPERANDS else self.recipe.element
+            )
+            quantized = mxfp8.quantize_mxfp8(
+                t, element=element, scale_rounding=self.recipe.scale_rounding
+            )
+        else:
+            if operand in WGRAD_OPERANDS and self._hadamard is not None:
+                t = apply_hadamard(t, self._hadamard)
+            stochastic = self.recipe.stochastic_rounding and operand in GRADIENT_OPERANDS
+            quantized = nvfp4.quantize_nvfp4(
+                t,
+                stochastic=stochastic,
+                generator=self._generator(t.device) if stochastic else None,
+                two_d_blocks=self.recipe.weight_2d_blocks and operand in ("weight", "weight_t"),
+            )
+        dequantized = quantized.dequantize()
+        return dequantized, saturation_and_underflow(t, quantized, dequantized)
+
+    def rounding_state(self) -> dict[str, list[int]]:
+        """Each device's stochastic-rounding stream as it stands, for a checkpoint: a run
+        resumed from it rounds on exactly as the run that saved it would have."""
+        return {str(device): g.get_state().tolist() for device, g in self._generators.items()}
+
+    def load_rounding_state(self, state: dict[str, list[int]]) -> None:
+        for device, values in state.items():
+            generator = self._generator(torch.device(device))
+            generator.set_state(torch.tensor(values, dtype=torch.uint8))
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if device not in self._generators:
+            generator = torch.Generator(device=device)
+            self._generators[device] = generator.manual_seed(self._rounding_seed)
+        return self._generators[device]

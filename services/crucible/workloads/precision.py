@@ -1,0 +1,84 @@
+"""A train run's `precision`, applied to its model: which Linear layers are swapped for what,
+which numerics statistics are logged, and what of it a checkpoint must keep.
+
+"bf16" changes no layer. "fp8" runs scaled float8 matmuls on the GPU's fp8 tensor cores
+(`fp8.py`). "mxfp8" and "nvfp4" are block-scaled formats that only Blackwell GPUs multiply
+natively; here they are emulated (`numerics/`): each GEMM operand is rounded through the
+format and back and the matmul runs in float32, which gives the format's numerics at none
+of its speed. A run has to say it wants that (`emulate_precision`), so that nobody reads an
+emulated run's tokens/s as the format's.
+"""
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from crucible.workloads.config import TrainConfig
+from crucible.workloads.fp8 import convert_to_float8, float8_stats
+from crucible.workloads.numerics.emulated_linear import (
+    convert_to_emulated,
+    load_rounding_states,
+    rounding_states,
+)
+from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, Recipe
+from crucible.workloads.numerics.telemetry import numerics_stats
+
+EMULATED = ("mxfp8", "nvfp4")
+
+
+def check_precision(config: TrainConfig, device: torch.device) -> None:
+    """Refuse, naming the device and the format, a precision this device cannot run as asked."""
+    if config.precision in EMULATED and not config.emulate_precision:
+        raise ValueError(
+            f"precision {config.precision!r} has no native kernels on {_device_name(device)} "
+            "in this build (its block-scaled matmuls need a Blackwell GPU); set "
+            "train.emulate_precision: true to run it emulated (the format's numerics, not "
+            "its speed)"
+        )
+
+
+def apply_precision(config: TrainConfig, model: nn.Module, device: torch.device) -> None:
+    """Swap the model's Linear layers for the precision's (the tied head stays as it is)."""
+    check_precision(config, device)
+    if config.precision == "fp8":
+        convert_to_float8(model)
+    elif config.precision in EMULATED:
+        convert_to_emulated(model, config.precision, emulated_recipe(config))  # type: ignore[arg-type]
+
+
+def emulated_recipe(config: TrainConfig) -> Recipe:
+    if config.precision == "mxfp8":
+        return MXFP8Recipe(scale_rounding=config.mxfp8_scale_rounding)
+    return NVFP4Recipe(
+        stochastic_rounding=config.nvfp4_stochastic_rounding,
+        hadamard=config.nvfp4_hadamard,
+        seed=config.seed,
+    )
+
+
+def precision_stats(config: TrainConfig, model: nn.Module) -> dict[str, float]:
+    """fp8: each layer's amax and scale; mxfp8 and nvfp4: each operand's share of values
+    that saturate at the format's largest value and that flush to zero."""
+    if config.precision == "fp8":
+        return float8_stats(model)
+    if config.precision in EMULATED:
+        return numerics_stats(model)
+    return {}
+
+
+def precision_state(config: TrainConfig, model: nn.Module) -> dict[str, Any]:
+    """What a checkpoint keeps of the precision: nvfp4's stochastic-rounding streams."""
+    return {"rounding": rounding_states(model)} if config.precision in EMULATED else {}
+
+
+def load_precision_state(model: nn.Module, state: dict[str, Any]) -> None:
+    if state.get("rounding"):
+        load_rounding_states(model, state["rounding"])
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        capability = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        return f"{torch.cuda.get_device_name(device)} (compute capability {capability})"
+    return f"the {device.type.upper()}"
