@@ -43,9 +43,13 @@ def free_port() -> int:
         return port
 
 
-def start_up(home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_up(
+    home: Path, port: int, log: Path, settings: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`crucible up` on `home` with none of this process's CRUCIBLE_* settings, only those
+    in `settings`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
-    env["CRUCIBLE_HOME"] = str(home)
+    env |= (settings or {}) | {"CRUCIBLE_HOME": str(home)}
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "crucible", "up", "--port", str(port)],

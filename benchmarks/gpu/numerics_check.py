@@ -1,0 +1,129 @@
+"""The emulated block-scaled formats on a GPU (issue 28): the same bits on CUDA as on the CPU,
+where the suite checks them against the scalar references, and what emulation costs a step.
+
+    python3 benchmarks/gpu/numerics_check.py --out numerics_check.json
+
+1. Bits: MXFP8 (e4m3 and e5m2 elements, floor and ceil scales) and NVFP4 (1x16 and 16x16
+   blocks, round to nearest even) of the same data quantized on the CPU and on the GPU, on
+   normal, heavy-tailed (Student t, 2 degrees of freedom) and wide-range data with zeros;
+   every element code, block scale, tensor scale and saturation flag compared. Stochastic
+   rounding is left out: its draws come from each device's own generator.
+2. Cost: a 124M GPT training step (bf16 autocast, AdamW, random tokens) with its Linear
+   layers plain, emulated MXFP8 and emulated NVFP4, `--steps` timed steps after `--warmup`,
+   alternated `--repeats` times: the median step of each, and the ratio to plain.
+"""
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+from common import write_result
+
+from crucible.workloads.config import model_preset
+from crucible.workloads.model import build_model
+from crucible.workloads.numerics.emulated_linear import convert_to_emulated
+from crucible.workloads.numerics.mxfp8 import quantize_mxfp8
+from crucible.workloads.numerics.nvfp4 import quantize_nvfp4
+
+
+def samples(seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    shape = (256, 1024)
+    normal = torch.randn(shape, generator=generator)
+    t2 = torch.distributions.StudentT(2.0).sample(shape)
+    wide = torch.randn(shape, generator=generator) * torch.exp2(
+        torch.randint(-40, 40, shape, generator=generator).float()
+    )
+    wide[::7] = 0.0
+    return {"normal": normal, "student_t2": t2, "wide_with_zeros": wide}
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype.is_floating_point and a.element_size() == 1:
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return bool(torch.equal(a.cpu(), b.cpu()))
+
+
+def bits_check() -> list[dict[str, Any]]:
+    rows = []
+    for name, x in samples(0).items():
+        for element in ("e4m3", "e5m2"):
+            for rounding in ("floor", "ceil"):
+                cpu = quantize_mxfp8(x, element=element, scale_rounding=rounding)  # type: ignore[arg-type]
+                gpu = quantize_mxfp8(x.cuda(), element=element, scale_rounding=rounding)  # type: ignore[arg-type]
+                fields = ("elements", "scale_bits", "saturated")
+                equal = all(same(getattr(cpu, f), getattr(gpu, f)) for f in fields)
+                rows.append({"format": f"mxfp8-{element}-{rounding}", "data": name, "equal": equal})
+        for two_d in (False, True):
+            cpu4 = quantize_nvfp4(x, two_d_blocks=two_d)
+            gpu4 = quantize_nvfp4(x.cuda(), two_d_blocks=two_d)
+            fields = ("codes", "block_scales", "tensor_scale", "saturated")
+            equal = all(same(getattr(cpu4, f), getattr(gpu4, f)) for f in fields)
+            blocks = "16x16" if two_d else "1x16"
+            rows.append({"format": f"nvfp4-{blocks}", "data": name, "equal": equal})
+    return rows
+
+
+def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int) -> float:
+    torch.manual_seed(0)
+    model = build_model(model_preset("124M"), device="cuda")
+    if fmt is not None:
+        convert_to_emulated(model, fmt)  # type: ignore[arg-type]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    tokens = torch.randint(0, 50304, (batch, 1025), device="cuda")
+    times = []
+    for step in range(warmup + steps):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().flatten(0, 1), tokens[:, 1:].flatten()
+        )
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= warmup:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--out", default="numerics_check.json")
+    args = parser.parse_args()
+
+    bits = bits_check()
+    print("bits equal on CPU and CUDA:", all(r["equal"] for r in bits), flush=True)
+    step_s: dict[str, list[float]] = {"bf16": [], "mxfp8": [], "nvfp4": []}
+    for _ in range(args.repeats):
+        for name in step_s:
+            fmt = None if name == "bf16" else name
+            step_s[name].append(timed_steps(fmt, args.steps, args.warmup, args.batch))
+            print(name, round(step_s[name][-1] * 1000, 2), "ms", flush=True)
+    medians = {k: statistics.median(v) for k, v in step_s.items()}
+    write_result(
+        args.out,
+        {
+            "name": "numerics_check",
+            "config": vars(args),
+            "bits": bits,
+            "all_bits_equal": all(r["equal"] for r in bits),
+            "step_s": step_s,
+            "median_step_s": medians,
+            "emulation_slowdown": {
+                k: round(medians[k] / medians["bf16"], 2) for k in ("mxfp8", "nvfp4")
+            },
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
