@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { age, bytes, duration, orDash, percent, score } from './format';
+import { age, bytes, duration, orDash, percent, score, tickLabel } from './format';
 
 describe('age', () => {
   const now = Date.parse('2026-01-10T12:00:00Z');
@@ -42,5 +42,18 @@ describe('percent, bytes and score', () => {
     expect(bytes(1_234_567)).toBe('1.2 MB');
     expect(score(0.798123)).toBe('0.7981');
     expect(score(undefined)).toBe('—');
+  });
+});
+
+describe('tickLabel', () => {
+  it('keeps every magnitude a few characters wide', () => {
+    expect(tickLabel(0)).toBe('0');
+    expect(tickLabel(8.05e13)).toBe('80.5T');
+    expect(tickLabel(1500)).toBe('1.5k');
+    expect(tickLabel(-2.5e6)).toBe('-2.5M');
+    expect(tickLabel(0.25)).toBe('0.25');
+    expect(tickLabel(3e-4)).toBe('3e-4');
+    expect(tickLabel(1.25e-5)).toBe('1.3e-5');
+    expect(tickLabel(42.123)).toBe('42.1');
   });
 });

@@ -49,3 +49,26 @@ export function bytes(count: number): string {
 export function score(value: number | undefined): string {
   return value === undefined ? '—' : Number(value.toPrecision(4)).toString();
 }
+
+const SI: [number, string][] = [
+  [1e15, 'P'],
+  [1e12, 'T'],
+  [1e9, 'G'],
+  [1e6, 'M'],
+  [1e3, 'k'],
+];
+
+/** A chart's axis label, short enough for the axis's width at any magnitude: "80T" for
+ * FLOP/s, "3e-4" for a learning rate, "0.25" and "1.5k" between. */
+export function tickLabel(value: number): string {
+  if (value === 0 || !Number.isFinite(value)) return String(value);
+  const size = Math.abs(value);
+  for (const [scale, suffix] of SI) {
+    if (size >= scale) return `${Number((value / scale).toPrecision(3))}${suffix}`;
+  }
+  if (size < 1e-2) {
+    const [mantissa, exponent] = value.toExponential(1).split('e');
+    return `${Number(mantissa)}e${Number(exponent)}`;
+  }
+  return String(Number(value.toPrecision(3)));
+}

@@ -2,6 +2,7 @@ import { useEffect, useRef } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 
+import { tickLabel } from '../format';
 import { stepWindow, type StepWindow } from '../lib/zoom';
 import { cssColor, useTheme } from '../theme';
 
@@ -58,7 +59,9 @@ export function LineChart({ data, labels, testId, onZoom }: Props) {
       // The drag selects steps; the page asks the server for them at full resolution rather
       // than letting uPlot stretch the points it already has.
       cursor: { drag: { x: true, y: false, setScale: false } },
-      axes: [{ ...axis, label: 'step' }, axis],
+      // uPlot's own labels print every digit: FLOP/s overflow the axis and a small learning
+      // rate rounds to 0.
+      axes: [{ ...axis, label: 'step' }, { ...axis, values: (_plot, splits) => splits.map(tickLabel) }],
       series: [
         { label: 'step' },
         ...labels.map((label, index) => ({
