@@ -1,26 +1,29 @@
 """The latest `system/gpu/utilization` of each run, exported at /metrics as
-`crucible_run_gpu_utilization_percent` for the chart's CrucibleRunGpuIdle alert."""
+`crucible_run_gpu_utilization_percent` for the chart's CrucibleRunGpuIdle alert, and a
+low-precision run's `precision/saturated_max` as `crucible_run_numerics_saturated_share` for
+CrucibleRunNumericsSaturating."""
 
 from typing import Any
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from crucible.api.gpu_utilization import GPU_UTILIZATION_KEY, LatestGpuUtilization
+from crucible.api.gpu_utilization import GPU_UTILIZATION_KEY, gpu_utilization
+from crucible.domain.metric_keys import NUMERICS_SATURATED_MAX
 from crucible.schemas.metrics import MetricBatch
 from tests.conftest import make_project, submit
 
 GAUGE = "crucible_run_gpu_utilization_percent"
 
 
-def exported(admin: TestClient) -> dict[str, float]:
+def exported(admin: TestClient, gauge: str = GAUGE) -> dict[str, float]:
     """Run id -> the gauge's value, as a scraper reads /metrics."""
     response = admin.get("/metrics")
     assert response.status_code == 200, response.text
     return {
         sample.labels["run"]: sample.value
         for family in text_string_to_metric_families(response.text)
-        if family.name == GAUGE
+        if family.name == gauge
         for sample in family.samples
     }
 
@@ -78,7 +81,7 @@ def utilization_at(step: int, percent: float) -> MetricBatch:
 
 def test_a_value_is_exported_until_it_is_older_than_fresh_for() -> None:
     now = [1000.0]
-    table = LatestGpuUtilization(fresh_for=120.0, clock=lambda: now[0])
+    table = gpu_utilization(fresh_for=120.0, clock=lambda: now[0])
     table.record(1, utilization_at(10, 3.0))
     now[0] += 60
     table.record(2, utilization_at(10, 90.0))
@@ -92,3 +95,18 @@ def test_a_value_is_exported_until_it_is_older_than_fresh_for() -> None:
 
     table.record(1, utilization_at(11, 4.0))
     assert table.fresh() == {1: 4.0}, "a run that reports again is exported again"
+
+
+def test_a_low_precision_runs_worst_saturation_is_exported_beside_its_utilization(
+    admin: TestClient,
+) -> None:
+    make_project(admin)
+    run_id = submit(admin)["id"]
+    batch = {
+        "keys": [NUMERICS_SATURATED_MAX, GPU_UTILIZATION_KEY],
+        "steps": [50, 100],
+        "values": [0.001, 90.0, 0.034, 91.0],
+    }
+    assert log_columns(admin, run_id, batch) == 200
+    assert exported(admin, "crucible_run_numerics_saturated_share") == {str(run_id): 0.034}
+    assert exported(admin) == {str(run_id): 91.0}

@@ -350,6 +350,7 @@ def test_alerts_and_dashboard_use_metrics_crucible_exports(cluster: h.Cluster) -
         "CrucibleOutboxLag",
         "CrucibleApiErrorRate",
         "CrucibleRunGpuIdle",
+        "CrucibleRunNumericsSaturating",
     } <= set(alerts)
     assert 'phase="Scheduling"' in alerts["CrucibleRunsStuckScheduling"]
     (dashboard,) = [d for d in docs if d["kind"] == "ConfigMap" and "crucible.json" in d["data"]]

@@ -51,6 +51,9 @@ def test_an_emulated_run_trains_and_logs_saturation_and_underflow(
     assert any(k.endswith("/input_saturated") for k in numerics)
     assert any(k.endswith("/grad_output_underflow") for k in numerics)
     assert all(0.0 <= logged[3][k] <= 1.0 for k in numerics)
+    worst = max(logged[3][k] for k in numerics if k.endswith("_saturated"))
+    assert logged[3]["precision/saturated_max"] == worst
+    assert "precision/underflow_max" in logged[3]
 
 
 def test_an_nvfp4_run_resumed_from_its_checkpoint_has_bitwise_the_same_losses(

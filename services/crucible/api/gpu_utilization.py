@@ -1,21 +1,25 @@
-"""The latest mean GPU utilization of each run that reported one lately, exported as the
-gauge `crucible_run_gpu_utilization_percent{run="<id>"}` that the chart's CrucibleRunGpuIdle
-alert watches.
+"""The latest value of a run metric, for each run that reported one lately, exported as a
+gauge labelled by run that an alert of the chart watches: the mean GPU utilization
+(`crucible_run_gpu_utilization_percent`, CrucibleRunGpuIdle) and a low-precision run's worst
+saturation (`crucible_run_numerics_saturated_share`, CrucibleRunNumericsSaturating).
 
-The run SDK logs `system/gpu/utilization` as an ordinary metric (`sdk/gpu_telemetry.py`);
-the metrics route hands each batch the API accepted to `LatestGpuUtilization.record`. The
-table lives in this process only: each API replica exports the batches it received, and the
-alert takes the max over replicas. A value is exported for `FRESH_SECONDS` after it arrived,
-so a run that ended, or stopped reporting, loses its series instead of reading as idle.
+The run SDK logs `system/gpu/utilization` as an ordinary metric (`sdk/gpu_telemetry.py`),
+and the trainer `precision/saturated_max` (`workloads/precision.py`); the metrics route
+hands each batch the API accepted to every `LatestRunValue.record`. The table lives in this
+process only: each API replica exports the batches it received, and the alert takes the
+max over replicas. A value is exported for `FRESH_SECONDS` after it arrived, so a run that
+ended, or stopped reporting, loses its series instead of reading as idle.
 """
 
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from crucible.domain.metric_keys import NUMERICS_SATURATED_MAX
 from crucible.schemas.metrics import MetricBatch
 from crucible.sdk.gpu_telemetry import METRIC_PREFIX
 
@@ -25,13 +29,23 @@ GPU_UTILIZATION_KEY = f"{METRIC_PREFIX}/utilization"
 FRESH_SECONDS = 120.0
 
 
-class LatestGpuUtilization(Collector):
-    """Run id -> (percent, when it arrived), thread-safe: batches arrive on the server's
-    worker threads while a scrape reads. `clock` is seconds from any fixed origin."""
+class LatestRunValue(Collector):
+    """Run id -> (the metric's latest value, when it arrived), thread-safe: batches arrive
+    on the server's worker threads while a scrape reads. `clock` is seconds from any fixed
+    origin."""
 
     def __init__(
-        self, *, fresh_for: float = FRESH_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        key: str,
+        gauge: str,
+        description: str,
+        *,
+        fresh_for: float = FRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.key = key
+        self._gauge = gauge
+        self._description = description
         self._fresh_for = fresh_for
         self._clock = clock
         self._lock = threading.Lock()
@@ -39,36 +53,31 @@ class LatestGpuUtilization(Collector):
         self._pruned_at = clock()
 
     def record(self, run_id: int, batch: MetricBatch) -> None:
-        """Remember the batch's `system/gpu/utilization`, if it has one, as the run's latest."""
-        percent = latest_value(batch, GPU_UTILIZATION_KEY)
-        if percent is None:
+        """Remember the batch's value of the key, if it has one, as the run's latest."""
+        value = latest_value(batch, self.key)
+        if value is None:
             return
         now = self._clock()
         with self._lock:
-            self._latest[run_id] = (percent, now)
+            self._latest[run_id] = (value, now)
             # Without a scraper nothing else would ever forget a run.
             if now - self._pruned_at >= self._fresh_for:
                 self._forget_stale(now)
 
     def fresh(self) -> dict[int, float]:
-        """Run id -> percent, of the values that arrived within `fresh_for`; the older ones
+        """Run id -> value, of the values that arrived within `fresh_for`; the older ones
         are forgotten."""
         now = self._clock()
         with self._lock:
             self._forget_stale(now)
-            return {run_id: percent for run_id, (percent, _) in self._latest.items()}
+            return {run_id: value for run_id, (value, _) in self._latest.items()}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         # Labelled by run only: the project's name is not at hand when a batch arrives, and
         # looking it up would cost a query per batch.
-        gauge = GaugeMetricFamily(
-            "crucible_run_gpu_utilization_percent",
-            "Mean GPU utilization (percent of time a kernel ran) a live run last reported to "
-            "this API replica.",
-            labels=["run"],
-        )
-        for run_id, percent in sorted(self.fresh().items()):
-            gauge.add_metric([str(run_id)], percent)
+        gauge = GaugeMetricFamily(self._gauge, self._description, labels=["run"])
+        for run_id, value in sorted(self.fresh().items()):
+            gauge.add_metric([str(run_id)], value)
         yield gauge
 
     def _forget_stale(self, now: float) -> None:
@@ -77,6 +86,26 @@ class LatestGpuUtilization(Collector):
             run_id: entry for run_id, entry in self._latest.items() if entry[1] >= cutoff
         }
         self._pruned_at = now
+
+
+def gpu_utilization(**options: Any) -> LatestRunValue:
+    return LatestRunValue(
+        GPU_UTILIZATION_KEY,
+        "crucible_run_gpu_utilization_percent",
+        "Mean GPU utilization (percent of time a kernel ran) a live run last reported to this "
+        "API replica.",
+        **options,
+    )
+
+
+def numerics_saturation(**options: Any) -> LatestRunValue:
+    return LatestRunValue(
+        NUMERICS_SATURATED_MAX,
+        "crucible_run_numerics_saturated_share",
+        "The largest share of a quantized operand's values clamped at its format's maximum, "
+        "over a low-precision run's layers, as the run last reported it to this API replica.",
+        **options,
+    )
 
 
 def latest_value(batch: MetricBatch, key: str) -> float | None:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crucible.api.gpu_utilization import LatestGpuUtilization
+from crucible.api.gpu_utilization import gpu_utilization, numerics_saturation
 from crucible.db.tables import OutboxMessage, Run
 
 
@@ -37,8 +37,11 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(engine, session_factory))
-        self.gpu_utilization = LatestGpuUtilization()
-        self.registry.register(self.gpu_utilization)
+        self.gpu_utilization = gpu_utilization()
+        self.numerics_saturation = numerics_saturation()
+        self.latest_run_values = (self.gpu_utilization, self.numerics_saturation)
+        for table in self.latest_run_values:
+            self.registry.register(table)
 
 
 class _StateCollector(Collector):

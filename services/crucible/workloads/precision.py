@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from crucible.domain.metric_keys import NUMERICS_SATURATED_MAX, NUMERICS_UNDERFLOW_MAX
 from crucible.workloads.config import TrainConfig
 from crucible.workloads.fp8 import convert_to_float8, float8_stats
 from crucible.workloads.numerics.emulated_linear import (
@@ -63,8 +64,19 @@ def precision_stats(config: TrainConfig, model: nn.Module) -> dict[str, float]:
     if config.precision == "fp8":
         return float8_stats(model)
     if config.precision in EMULATED:
-        return numerics_stats(model)
+        stats = numerics_stats(model)
+        return stats | worst_shares(stats)
     return {}
+
+
+def worst_shares(stats: dict[str, float]) -> dict[str, float]:
+    """The largest saturated and underflow shares over the layers and operands: what the
+    chart's CrucibleRunNumericsSaturating alert watches, one series a run."""
+    saturated = [v for k, v in stats.items() if k.endswith("_saturated")]
+    underflow = [v for k, v in stats.items() if k.endswith("_underflow")]
+    if not saturated:
+        return {}
+    return {NUMERICS_SATURATED_MAX: max(saturated), NUMERICS_UNDERFLOW_MAX: max(underflow)}
 
 
 def precision_state(config: TrainConfig, model: nn.Module) -> dict[str, Any]:

@@ -109,7 +109,8 @@ def log_metrics(
         request.app.state.metrics.points_ingested.inc(result.accepted)
     # After the commit, and whether or not its points were new: a hung run logs each GPU
     # reading at the same step, which storage counts as a duplicate.
-    request.app.state.metrics.gpu_utilization.record(run_id, body)
+    for table in request.app.state.metrics.latest_run_values:
+        table.record(run_id, body)
     return result
 
 
