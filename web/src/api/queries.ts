@@ -42,3 +42,14 @@ export function useCluster() {
     queryFn: async () => unwrap(await api.GET('/api/v1/cluster')),
   });
 }
+
+/** Every metric key a run logged, with its last point: which charts and sections it has. */
+export function useMetricKeys(runId: number, live: boolean) {
+  return useQuery({
+    queryKey: ['metric-keys', runId],
+    // As often as the charts: a key a live run starts logging shows up at the next refresh.
+    refetchInterval: live ? 10_000 : false,
+    queryFn: async () =>
+      unwrap(await api.GET('/api/v1/runs/{run_id}/metrics/keys', { params: { path: { run_id: runId } } })),
+  });
+}

@@ -2,7 +2,7 @@ import { keepPreviousData, useQuery } from '@tanstack/react-query';
 import { useState } from 'react';
 
 import { api, unwrap, type Phase } from '../api/client';
-import { useExperiment, useProject } from '../api/queries';
+import { useExperiment, useMetricKeys, useProject } from '../api/queries';
 import { useRunEvents } from '../api/useRunEvents';
 import { AttemptTimeline } from '../components/AttemptTimeline';
 import { CheckpointsTable } from '../components/CheckpointsTable';
@@ -10,6 +10,7 @@ import { CodeProvenance } from '../components/CodeProvenance';
 import { GoodputSummary } from '../components/GoodputSummary';
 import { LogTail } from '../components/LogTail';
 import { MetricChart } from '../components/MetricChart';
+import { NumericsPanel } from '../components/NumericsPanel';
 import { PhaseBadge } from '../components/PhaseBadge';
 import { RlHealth } from '../components/RlHealth';
 import { RunActions } from '../components/RunActions';
@@ -18,6 +19,7 @@ import { RunProfiles } from '../components/RunProfiles';
 import { Empty, ErrorBox, Loading } from '../components/states';
 import { StepRangeForm } from '../components/StepRangeForm';
 import { dateTime, orDash } from '../format';
+import { isNumericsKey } from '../lib/numerics';
 import { toYaml } from '../lib/yaml';
 import type { StepWindow } from '../lib/zoom';
 import { href } from '../router';
@@ -41,20 +43,38 @@ export function Run({ id }: { id: number }) {
   const live = run.data !== undefined && !TERMINAL.includes(run.data.phase);
   const [zoom, setZoom] = useState<StepWindow | null>(null);
 
+  const metricKeys = useMetricKeys(id, live);
+  // A low-precision run logs a dozen numerics series per layer (several hundred for a 124M
+  // GPT): the Numerics section sums them up, so the charts ask only for the other keys rather
+  // than download them all at full chart detail. Without such keys (or without the list) the
+  // charts ask for everything, as the list cannot be out of date then.
+  const keys = metricKeys.data?.keys.map((k) => k.key);
+  const chartKeys = keys?.some(isNumericsKey) ? keys.filter((key) => !isNumericsKey(key)) : undefined;
   const metrics = useQuery({
-    queryKey: ['metrics', id, MAX_POINTS, zoom?.stepMin, zoom?.stepMax],
+    queryKey: ['metrics', id, MAX_POINTS, zoom?.stepMin, zoom?.stepMax, chartKeys],
+    enabled: !metricKeys.isPending,
     refetchInterval: live ? 10_000 : false,
     // The old curve stays up while the zoomed one loads, instead of a flash of "Loading".
     placeholderData: keepPreviousData,
     queryFn: async () =>
-      unwrap(
-        await api.GET('/api/v1/runs/{run_id}/metrics', {
-          params: {
-            path,
-            query: { max_points: MAX_POINTS, step_min: zoom?.stepMin, step_max: zoom?.stepMax },
-          },
-        }),
-      ),
+      chartKeys?.length === 0
+        ? { run_id: id, series: [] }
+        : unwrap(
+            await api.GET('/api/v1/runs/{run_id}/metrics', {
+              params: {
+                path,
+                query: {
+                  keys: chartKeys?.join(','),
+                  max_points: MAX_POINTS,
+                  step_min: zoom?.stepMin,
+                  step_max: zoom?.stepMax,
+                },
+              },
+            }),
+          ),
+    // A key the list did not have yet (a live run that just started logging numerics) is
+    // still left to the Numerics section.
+    select: (history) => ({ ...history, series: history.series.filter((series) => !isNumericsKey(series.key)) }),
   });
   // The lists below are cheap, but on a busy single-process server they would slow the
   // metrics query down; the charts are what the page is opened for, so they go first.
@@ -179,6 +199,8 @@ export function Run({ id }: { id: number }) {
           {metrics.data?.series.map((series) => <MetricChart key={series.key} series={series} onZoom={setZoom} />)}
         </div>
       </section>
+
+      {chartsAsked && metricKeys.data && <NumericsPanel runId={id} keys={metricKeys.data.keys} live={live} />}
 
       <section>
         <h2>Attempts</h2>

@@ -1,0 +1,350 @@
+import { useQuery } from '@tanstack/react-query';
+import { useMemo, type CSSProperties } from 'react';
+import type uPlot from 'uplot';
+
+import { api, unwrap, type MetricSeries } from '../api/client';
+import { score } from '../format';
+import {
+  DRIFT_LINES,
+  SATURATION_WARNING,
+  alignOnSteps,
+  chunkKeys,
+  columns,
+  emulatedTable,
+  fp8Table,
+  parseNumericsKey,
+  saturationWarnings,
+  scaleDrift,
+  shade,
+  sharePercent,
+  stepUnion,
+  tableMax,
+  warningText,
+  worstSeries,
+  type EmulatedStat,
+  type Fp8Stat,
+  type LatestPoint,
+  type NumericsTable,
+} from '../lib/numerics';
+import { LineChart } from './LineChart';
+import { ErrorBox, Loading } from './states';
+
+// Points per series: the worst-share charts reduce several hundred series to one line, and
+// the server keeps each bucket's highest point, so the peaks survive the cut.
+const HISTORY_POINTS = 500;
+// Characters of `keys=` per request; chunkKeys says why the keys are split at all.
+const KEYS_PER_REQUEST = 6_000;
+// The loss the shares are read against; a run that logs it under another name shows no loss chart.
+const LOSS_KEY = 'loss';
+// The strongest tint a cell gets, in percent of its colour: past it, text stops being legible
+// in one of the two themes.
+const STRONGEST_TINT = 45;
+
+/** A low-precision run's per-layer numerics, summarised: the worst layer over steps beside the
+ * loss, and every layer's latest values in a table. Renders nothing for a run without them. */
+export function NumericsPanel({ runId, keys, live }: { runId: number; keys: LatestPoint[]; live: boolean }) {
+  const emulated = useMemo(() => emulatedTable(keys), [keys]);
+  const fp8 = useMemo(() => fp8Table(keys), [keys]);
+  const hasLoss = keys.some(({ key }) => key === LOSS_KEY);
+  if (!emulated && !fp8) return null;
+  return (
+    <section className="numerics" aria-labelledby="numerics-heading">
+      <h2 id="numerics-heading">Numerics</h2>
+      {emulated && <EmulatedNumerics runId={runId} table={emulated} keys={keys} hasLoss={hasLoss} live={live} />}
+      {fp8 && <Fp8Numerics runId={runId} table={fp8} keys={keys} live={live} />}
+    </section>
+  );
+}
+
+/** The history of `keys` at HISTORY_POINTS a series, in as many requests as the URL needs. */
+function useHistory<T>(runId: number, keys: string[], live: boolean, select: (series: MetricSeries[]) => T) {
+  return useQuery({
+    queryKey: ['numerics-history', runId, keys],
+    refetchInterval: live ? 30_000 : false,
+    queryFn: async () => {
+      const answers = await Promise.all(
+        chunkKeys(keys, KEYS_PER_REQUEST).map(async (chunk) =>
+          unwrap(
+            await api.GET('/api/v1/runs/{run_id}/metrics', {
+              params: { path: { run_id: runId }, query: { keys: chunk.join(','), max_points: HISTORY_POINTS } },
+            }),
+          ),
+        ),
+      );
+      return answers.flatMap((answer) => answer.series);
+    },
+    select,
+  });
+}
+
+function keysOf(keys: LatestPoint[], wanted: (key: string) => boolean): string[] {
+  return keys.map(({ key }) => key).filter(wanted);
+}
+
+function tint(color: string, level: number): CSSProperties | undefined {
+  if (level === 0) return undefined;
+  return { background: `color-mix(in srgb, var(${color}) ${Math.round(level * STRONGEST_TINT)}%, transparent)` };
+}
+
+// Outside the components, so that react-query reuses the result until new data arrives and
+// the charts are not rebuilt on every render.
+function worstBesideLoss(series: MetricSeries[]) {
+  const saturated = worstSeries(series, 'saturated', HISTORY_POINTS);
+  const underflow = worstSeries(series, 'underflow', HISTORY_POINTS);
+  const loss = series.find((one) => one.key === LOSS_KEY);
+  // One step axis for all three, so that a jump in the loss lines up with the share beside it.
+  const steps = stepUnion([saturated, underflow, ...(loss ? [loss] : [])]);
+  return {
+    saturated: { worst: saturated, data: alignOnSteps([saturated], steps) },
+    underflow: { worst: underflow, data: alignOnSteps([underflow], steps) },
+    loss: loss ? alignOnSteps([loss], steps) : null,
+  };
+}
+
+function largestDrifts(series: MetricSeries[]) {
+  const drifts = scaleDrift(series, DRIFT_LINES);
+  return { drifts, data: alignOnSteps(drifts), labels: drifts.map((one) => one.layer) };
+}
+
+function EmulatedNumerics({
+  runId,
+  table,
+  keys,
+  hasLoss,
+  live,
+}: {
+  runId: number;
+  table: NumericsTable<EmulatedStat>;
+  keys: LatestPoint[];
+  hasLoss: boolean;
+  live: boolean;
+}) {
+  const warnings = saturationWarnings(table);
+  const wanted = useMemo(
+    () => keysOf(keys, (key) => parseNumericsKey(key)?.family === 'emulated' || (hasLoss && key === LOSS_KEY)),
+    [keys, hasLoss],
+  );
+  const history = useHistory(runId, wanted, live, worstBesideLoss);
+  return (
+    <>
+      {warnings.length > 0 && (
+        <div className="numerics-warning" role="status">
+          <strong>
+            {warnings.length === 1 ? 'An operand saturates' : `${warnings.length} operands saturate`} past{' '}
+            {sharePercent(SATURATION_WARNING)} at the latest step:
+          </strong>
+          <ul aria-label="Saturation warnings">
+            {warnings.map((warning) => (
+              <li key={`${warning.layer}/${warning.operand}`}>{warningText(warning)}</li>
+            ))}
+          </ul>
+        </div>
+      )}
+      {history.isPending && <Loading what="the numerics history" />}
+      {history.isError && <ErrorBox error={history.error} retry={() => void history.refetch()} />}
+      {history.data && (
+        <div className="charts">
+          <WorstChart title="Worst saturated share" stat="saturated" {...history.data.saturated} />
+          <WorstChart title="Worst underflow share" stat="underflow" {...history.data.underflow} />
+          {history.data.loss && (
+            <figure className="chart">
+              <figcaption>
+                <strong>{LOSS_KEY}</strong> <span className="muted">on the same steps</span>
+              </figcaption>
+              <LineChart data={history.data.loss} labels={LOSS_LABELS} testId="numerics-loss" />
+            </figure>
+          )}
+        </div>
+      )}
+      <h3 id="numerics-shares-heading">Latest shares by layer</h3>
+      <p className="muted small">
+        Saturated: the operand&apos;s values clamped to the format&apos;s largest. Underflow: its non-zero
+        values that came back zero. At each layer&apos;s latest logged step, the worst saturation first; a
+        share of {sharePercent(SATURATION_WARNING)} or more saturated is marked.
+      </p>
+      <ShareTable table={table} />
+    </>
+  );
+}
+
+const LOSS_LABELS = [LOSS_KEY];
+const STAT_LABELS: Record<EmulatedStat, string[]> = { saturated: ['worst saturated'], underflow: ['worst underflow'] };
+
+function WorstChart({
+  title,
+  stat,
+  worst,
+  data,
+}: {
+  title: string;
+  stat: EmulatedStat;
+  worst: { values: number[]; keys: string[] };
+  data: uPlot.AlignedData;
+}) {
+  const last = parseNumericsKey(worst.keys.at(-1) ?? '');
+  return (
+    <figure className="chart">
+      <figcaption>
+        <strong>{title}</strong>{' '}
+        <span className="muted">
+          over every layer and operand
+          {last && `; latest ${sharePercent(worst.values.at(-1))} in ${last.layer} ${last.operand}`}
+        </span>
+      </figcaption>
+      <LineChart data={data} labels={STAT_LABELS[stat]} testId={`numerics-worst-${stat}`} />
+    </figure>
+  );
+}
+
+const SHARE_STATS: EmulatedStat[] = ['saturated', 'underflow'];
+const SHARE_ABBREVIATIONS: Record<EmulatedStat, string> = { saturated: 'sat.', underflow: 'under.' };
+// Saturation is tinted red and underflow blue, so that the two read apart at a glance.
+const SHARE_COLOURS: Record<EmulatedStat, string> = { saturated: '--bad', underflow: '--series-0' };
+
+function ShareTable({ table }: { table: NumericsTable<EmulatedStat> }) {
+  const shown = columns(table, SHARE_STATS);
+  // Saturation is tinted against the threshold at least, so that a table whose worst share
+  // is harmless does not glow; underflow against the table's largest.
+  const scale: Record<EmulatedStat, number> = {
+    saturated: Math.max(SATURATION_WARNING, tableMax(table, 'saturated')),
+    underflow: tableMax(table, 'underflow'),
+  };
+  return (
+    <div className="scroll-x" tabIndex={0} role="region" aria-labelledby="numerics-shares-heading">
+      <table className="numerics-table" aria-label="Saturated and underflow shares by layer">
+        <OperandHeader operands={table.operands} shown={shown} labels={SHARE_ABBREVIATIONS} />
+        <tbody>
+          {table.rows.map(({ layer, cells }) => (
+            <tr key={layer}>
+              <th scope="row">{layer}</th>
+              {shown.map(({ operand, stat }) => {
+                const value = cells[operand]?.[stat];
+                const over = stat === 'saturated' && value !== undefined && value >= SATURATION_WARNING;
+                return (
+                  <td
+                    key={`${operand}/${stat}`}
+                    className={over ? 'num over' : 'num'}
+                    style={tint(SHARE_COLOURS[stat], shade(value, scale[stat]))}
+                    title={`${layer} ${operand} ${stat}: ${sharePercent(value)}`}
+                  >
+                    {sharePercent(value)}
+                  </td>
+                );
+              })}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function OperandHeader<Stat extends string>({
+  operands,
+  shown,
+  labels,
+}: {
+  operands: string[];
+  shown: { operand: string; stat: Stat }[];
+  labels: Record<Stat, string>;
+}) {
+  return (
+    <thead>
+      <tr>
+        <th rowSpan={2} scope="col">
+          Layer
+        </th>
+        {operands.map((operand) => {
+          const span = shown.filter((column) => column.operand === operand).length;
+          return (
+            span > 0 && (
+              <th key={operand} colSpan={span} scope="colgroup" className="operand">
+                {operand}
+              </th>
+            )
+          );
+        })}
+      </tr>
+      <tr>
+        {shown.map(({ operand, stat }) => (
+          <th key={`${operand}/${stat}`} scope="col" className="num">
+            <abbr title={stat}>{labels[stat]}</abbr>
+          </th>
+        ))}
+      </tr>
+    </thead>
+  );
+}
+
+const FP8_STATS: Fp8Stat[] = ['amax', 'scale'];
+const FP8_LABELS: Record<Fp8Stat, string> = { amax: 'amax', scale: 'scale' };
+
+function Fp8Numerics({
+  runId,
+  table,
+  keys,
+  live,
+}: {
+  runId: number;
+  table: NumericsTable<Fp8Stat>;
+  keys: LatestPoint[];
+  live: boolean;
+}) {
+  const wanted = useMemo(
+    () =>
+      keysOf(keys, (key) => {
+        const parsed = parseNumericsKey(key);
+        return parsed?.family === 'fp8' && parsed.operand === 'input' && parsed.stat === 'scale';
+      }),
+    [keys],
+  );
+  const drift = useHistory(runId, wanted, live, largestDrifts);
+  const shown = columns(table, FP8_STATS);
+  const amaxScale = new Map(table.operands.map((operand) => [operand, tableMax(table, 'amax', operand)]));
+  return (
+    <>
+      {drift.isPending && wanted.length > 0 && <Loading what="the fp8 scales" />}
+      {drift.isError && <ErrorBox error={drift.error} retry={() => void drift.refetch()} />}
+      {drift.data && drift.data.drifts.length > 0 && (
+        <div className="charts">
+          <figure className="chart">
+            <figcaption>
+              <strong>Input scale drift</strong>{' '}
+              <span className="muted">
+                each layer&apos;s input scale over its first logged value, the {drift.data.drifts.length} that
+                moved farthest (below 1: its inputs grew)
+              </span>
+            </figcaption>
+            <LineChart data={drift.data.data} labels={drift.data.labels} testId="fp8-scale-drift" />
+          </figure>
+        </div>
+      )}
+      <h3 id="fp8-latest-heading">Latest fp8 amax and scale by layer</h3>
+      <p className="muted small">
+        amax: the largest magnitude the operand held; scale: what it was multiplied by to fill the fp8
+        range. Each amax is tinted against its column&apos;s largest.
+      </p>
+      <div className="scroll-x" tabIndex={0} role="region" aria-labelledby="fp8-latest-heading">
+        <table className="numerics-table" aria-label="fp8 amax and scale by layer">
+          <OperandHeader operands={table.operands} shown={shown} labels={FP8_LABELS} />
+          <tbody>
+            {table.rows.map(({ layer, cells }) => (
+              <tr key={layer}>
+                <th scope="row">{layer}</th>
+                {shown.map(({ operand, stat }) => {
+                  const value = cells[operand]?.[stat];
+                  const level = stat === 'amax' ? shade(value, amaxScale.get(operand) ?? 0) : 0;
+                  return (
+                    <td key={`${operand}/${stat}`} className="num" style={tint('--series-0', level)}>
+                      {score(value)}
+                    </td>
+                  );
+                })}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </>
+  );
+}
