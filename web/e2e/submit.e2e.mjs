@@ -4,43 +4,21 @@
 // started from the project page; and a viewer's submission refused with the API's 403
 // sentence. Prints one JSON line of what the pages showed; tests/browser/test_submit_page.py
 // seeds the server and checks it.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+
+import { signedIn as signIn } from './signed-in.mjs';
 
 const { BASE_URL, EDITOR_TOKEN, VIEWER_TOKEN, PROJECT_ID, FINISHED_RUN_ID, BAD_MANIFEST, GOOD_MANIFEST, CHROMIUM, SCREENSHOT_DIR } =
   process.env;
 
-async function signedIn(token) {
-  const profile = mkdtempSync(join(tmpdir(), 'crucible-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, {
+const signedIn = (token) =>
+  signIn(token, {
+    baseUrl: BASE_URL,
     executablePath: CHROMIUM,
-    viewport: { width: 1280, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'],
-  });
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.setDefaultTimeout(15_000);
-  const problems = [];
-  const posts = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('response', (r) => {
-    const path = new URL(r.url()).pathname;
-    if (r.request().method() === 'POST' && !path.endsWith('/manifests/validate')) posts.push(`${r.status()} ${path}`);
+    unlistedPost: (path) => path.endsWith('/manifests/validate'),
     // A reproduction refused (409) is what one step asks to see.
-    else if (r.status() >= 400 && !path.endsWith('/reproduction')) problems.push(`${r.status()} ${path}`);
+    expectedFailure: (path) => path.endsWith('/reproduction'),
   });
-  await page.goto(`${BASE_URL}/#/signin`);
-  await page.getByLabel('API token').fill(token);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: 'Projects' }).waitFor();
-  return {
-    page,
-    problems,
-    posts,
-    close: async () => (await context.close(), rmSync(profile, { recursive: true, force: true })),
-  };
-}
 
 const editorOf = (page) => page.getByRole('textbox', { name: 'Manifest (YAML)' });
 const statusOf = (page) => page.getByRole('form', { name: 'Submit' }).getByRole('status');

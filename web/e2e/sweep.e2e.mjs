@@ -3,42 +3,18 @@
 // the parallel coordinates; then a viewer asks to cancel a running sweep and is told why
 // not, and an editor cancels it. Prints one JSON line of what the pages showed;
 // tests/browser/test_sweep_page.py seeds the server and checks it.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+
+import { signedIn as signIn } from './signed-in.mjs';
 
 const { BASE_URL, EDITOR_TOKEN, VIEWER_TOKEN, PROJECT_ID, SWEEP_NAME, LIVE_SWEEP_ID, CHROMIUM, SCREENSHOT_DIR } =
   process.env;
 
-async function signedIn(token) {
-  const profile = mkdtempSync(join(tmpdir(), 'crucible-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    viewport: { width: 1280, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'],
+const signedIn = (token) =>
+  signIn(token, {
+    baseUrl: BASE_URL,
+    executablePath: CHROMIUM
   });
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.setDefaultTimeout(15_000);
-  const problems = [];
-  const posts = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('response', (r) => {
-    const path = new URL(r.url()).pathname;
-    if (r.request().method() === 'POST') posts.push(`${r.status()} ${path}`);
-    else if (r.status() >= 400) problems.push(`${r.status()} ${path}`);
-  });
-  await page.goto(`${BASE_URL}/#/signin`);
-  await page.getByLabel('API token').fill(token);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: 'Projects' }).waitFor();
-  return {
-    page,
-    problems,
-    posts,
-    close: async () => (await context.close(), rmSync(profile, { recursive: true, force: true })),
-  };
-}
 
 const cells = (table) =>
   table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((cell) => cell.innerText.trim())));
