@@ -50,7 +50,9 @@ def test_an_emulated_run_trains_and_logs_saturation_and_underflow(
     assert not any(k.startswith("numerics/") for k in logged[2])
     assert any(k.endswith("/input_saturated") for k in numerics)
     assert any(k.endswith("/grad_output_underflow") for k in numerics)
-    assert all(0.0 <= logged[3][k] <= 1.0 for k in numerics)
+    shares = {k for k in numerics if k.endswith(("_saturated", "_underflow"))}
+    assert all(0.0 <= logged[3][k] <= 1.0 for k in shares)
+    assert all(logged[3][k] > 0 for k in numerics if k.endswith("/input_amax"))
     worst = max(logged[3][k] for k in numerics if k.endswith("_saturated"))
     assert logged[3]["precision/saturated_max"] == worst
     assert "precision/underflow_max" in logged[3]
@@ -79,3 +81,58 @@ def test_an_nvfp4_run_resumed_from_its_checkpoint_has_bitwise_the_same_losses(
     resumed = Trainer(config, TINY, records, checkpointer=DirectoryCheckpointer(tmp_path))
     assert resumed.step == 3
     assert seen + resumed.train() == expected
+
+
+@pytest.mark.parametrize("scaling", ["row", "block"])
+def test_fine_scaled_fp8_off_hopper_is_refused_unless_emulated_naming_device_and_scaling(
+    scaling: str,
+) -> None:
+    records = [{"prompt": "1+1=", "completion": "2"}]
+    config = TrainConfig(precision="fp8", fp8_scaling=scaling)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=rf"fp8_scaling '{scaling}' has no native kernels on the CPU"
+    ):
+        Trainer(config, model_preset("small"), records)
+
+
+def test_fp8_scaling_other_than_tensor_is_refused_for_a_run_not_in_fp8() -> None:
+    with pytest.raises(ValueError, match="fp8_scaling='block' applies to precision 'fp8' only"):
+        TrainConfig(precision="bf16", fp8_scaling="block")
+    with pytest.raises(ValueError, match="fp8_scaling='tile' is not supported"):
+        TrainConfig(precision="fp8", fp8_scaling="tile")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("precision", "scaling", "layer_key"),
+    [
+        ("fp8", "block", "input_amax"),
+        ("fp8", "row", "input_amax"),
+        ("mxfp8", "tensor", "input_amax"),
+    ],
+)
+def test_a_low_precision_run_logs_amax_and_its_gemm_error_against_bf16_on_sampled_steps(
+    precision: str, scaling: str, layer_key: str, one_digit_records: list[dict[str, Any]]
+) -> None:
+    config = TrainConfig(
+        steps=4,
+        batch_size=8,
+        seed=1,
+        precision=precision,  # type: ignore[arg-type]
+        fp8_scaling=scaling,  # type: ignore[arg-type]
+        emulate_precision=True,
+        fp8_stats_every=3,
+    )
+    trainer = Trainer(config, model_preset("small"), one_digit_records[:32])
+    logged: dict[int, dict[str, float]] = {}
+    trainer.log = lambda step, metrics: logged.__setitem__(step, metrics)
+    losses = trainer.train()
+
+    assert all(torch.isfinite(torch.tensor(losses)))
+    prefix = "fp8/" if precision == "fp8" else "numerics/"
+    errors = {k: v for k, v in logged[3].items() if k.endswith("/matmul_rel_error")}
+    assert errors and all(k.startswith(prefix) for k in errors)
+    assert all(0 < v < 0.2 for v in errors.values())
+    assert logged[3]["precision/matmul_rel_error_max"] == max(errors.values())
+    assert any(k.startswith(prefix) and k.endswith(layer_key) for k in logged[3])
+    assert not any(k.endswith("/matmul_rel_error") for k in logged[2])
+    assert not any(getattr(m, "sample_error", False) for m in trainer.raw_model.modules())

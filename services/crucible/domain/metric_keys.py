@@ -7,3 +7,7 @@ maximum, over its layers and operands, at the steps it logs its numerics statist
 
 NUMERICS_UNDERFLOW_MAX = "precision/underflow_max"
 """The same for values that were non-zero and came back zero."""
+
+NUMERICS_MATMUL_ERROR_MAX = "precision/matmul_rel_error_max"
+"""A low-precision run's largest relative error of a Linear layer's forward GEMM against bf16's
+on the same batch, over its layers, at the steps it samples it."""

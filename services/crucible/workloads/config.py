@@ -76,6 +76,8 @@ class TaskConfig:
 
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 """`TrainConfig.precision`'s values (`workloads/precision.py`)."""
+FP8_SCALINGS = ("tensor", "row", "block")
+"""`TrainConfig.fp8_scaling`'s values."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,19 @@ class TrainConfig:
     numerics and not speed, only with `emulate_precision`; they log
     `numerics/<layer>/<operand>_{saturated,underflow}` at the same steps."""
 
+    fp8_scaling: Literal["tensor", "row", "block"] = "tensor"
+    """With precision "fp8", how finely values share a scale. "tensor": one per tensor
+    (`workloads/fp8.py`). "row": one per row of each GEMM operand. "block": DeepSeek-V3's,
+    one per 1x128 tile of activations and gradients and per 128x128 block of weights (Linear
+    widths must be multiples of 128). "row" and "block" use E4M3 for every operand
+    (`workloads/fp8_scaled.py`) and run on `torch._scaled_mm`'s kernels on Hopper; elsewhere
+    only with `emulate_precision`."""
+
     emulate_precision: bool = False
-    """Let "mxfp8" and "nvfp4" run emulated: each GEMM operand rounded through the format and
-    back, the matmul in float32. Without it they are refused at start, naming the device."""
+    """Let a precision with no native kernels on the device run emulated: "mxfp8" and "nvfp4"
+    everywhere but Blackwell, "fp8" with `fp8_scaling` "row" or "block" off Hopper. Each GEMM
+    operand is rounded through the format and back and the matmul runs in float32. Without
+    it such a run is refused at start, naming the device."""
 
     mxfp8_scale_rounding: Literal["ceil", "floor"] = "ceil"
     """"ceil": each block's scale is the smallest power of two that saturates nothing, as
@@ -156,7 +168,9 @@ class TrainConfig:
 
     fp8_stats_every: int = 50
     """With precision "fp8": log the per-layer amax/scale statistics every this many steps
-    (and at step 1); with "mxfp8" or "nvfp4", the saturation and underflow shares."""
+    (and at step 1); with "mxfp8" or "nvfp4", each operand's amax and saturation and
+    underflow shares. On those steps every low-precision layer also measures its forward
+    GEMM's relative error against bf16's on the step's batch (`matmul_rel_error`)."""
 
     profile_from_step: int = 0
     """Record `profile_steps` steps with the torch profiler, starting at this step (0:
@@ -214,6 +228,16 @@ class TrainConfig:
             raise ValueError(
                 f"precision={self.precision!r} is not supported; use one of "
                 + ", ".join(repr(p) for p in PRECISIONS)
+            )
+        if self.fp8_scaling not in FP8_SCALINGS:
+            raise ValueError(
+                f"fp8_scaling={self.fp8_scaling!r} is not supported; use one of "
+                + ", ".join(repr(s) for s in FP8_SCALINGS)
+            )
+        if self.fp8_scaling != "tensor" and self.precision != "fp8":
+            raise ValueError(
+                f"fp8_scaling={self.fp8_scaling!r} applies to precision 'fp8' only; this run's "
+                f"precision is {self.precision!r}"
             )
         if self.mxfp8_scale_rounding not in ("ceil", "floor"):
             raise ValueError(

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from crucible.workloads.numerics.telemetry import matmul_relative_error
+
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 E4M3_MAX = float(torch.finfo(E4M3).max)
@@ -29,6 +31,8 @@ AMAX_FLOOR = 1e-12
 
 FP8_STAT_NAMES = ("input_amax", "input_scale", "weight_amax", "weight_scale", "grad_amax")
 """Per-layer statistics `float8_stats` reports; grad_amax is that of the previous backward."""
+ERROR_STAT = "matmul_rel_error"
+"""The forward GEMM's relative error against bf16's, on the steps that sample it."""
 
 
 def scale_from_amax(amax: Tensor, fp8_max: float) -> Tensor:
@@ -119,12 +123,14 @@ class Float8Linear(nn.Linear):
 
     Buffers hold the last step's amax and scale of input and weight and the last eager
     backward's gradient amax, for `float8_stats`; they are not part of the state dict, so a
-    checkpoint of an fp8 run loads into a bf16 model and back.
+    checkpoint of an fp8 run loads into a bf16 model and back. Set `sample_error` for a step
+    to record the forward GEMM's relative error against bf16's on that step's batch.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         super().__init__(in_features, out_features, bias=bias)
-        for name in FP8_STAT_NAMES:
+        self.sample_error = False
+        for name in (*FP8_STAT_NAMES, ERROR_STAT):
             self.register_buffer(name, torch.zeros((), device=self.weight.device), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -144,6 +150,10 @@ class Float8Linear(nn.Linear):
         y = _Float8Matmul.apply(
             flat, self.weight, input_amax, weight_amax, self.get_buffer("grad_amax")
         )
+        if self.sample_error and not torch.compiler.is_compiling():
+            with torch.no_grad():
+                error = matmul_relative_error(y, flat, self.weight)
+                self.get_buffer(ERROR_STAT).copy_(error)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         return y.reshape(*leading, self.out_features)  # type: ignore[no-any-return]
@@ -203,15 +213,17 @@ def float8_layers(model: nn.Module) -> Iterator[tuple[str, Float8Linear]]:
             yield name, module
 
 
-def float8_stats(model: nn.Module) -> dict[str, float]:
-    """`fp8/<layer>/<stat>` for every Float8Linear, read with one device-to-host copy."""
+def float8_stats(model: nn.Module, *, sampled: bool = False) -> dict[str, float]:
+    """`fp8/<layer>/<stat>` for every Float8Linear, read with one device-to-host copy; the
+    matmul error too when the last batch was `sampled`."""
     layers = list(float8_layers(model))
     if not layers:
         return {}
+    names = (*FP8_STAT_NAMES, ERROR_STAT) if sampled else FP8_STAT_NAMES
     values = torch.stack(
-        [getattr(layer, stat).float() for _, layer in layers for stat in FP8_STAT_NAMES]
+        [getattr(layer, stat).float() for _, layer in layers for stat in names]
     ).tolist()
-    keys = [f"fp8/{name}/{stat}" for name, _ in layers for stat in FP8_STAT_NAMES]
+    keys = [f"fp8/{name}/{stat}" for name, _ in layers for stat in names]
     stats = dict(zip(keys, values, strict=True))
     if not any(v for k, v in stats.items() if k.endswith("/grad_amax")):
         # Never recorded (a compiled model): leave the series out rather than plot zeros.

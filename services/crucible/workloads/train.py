@@ -44,6 +44,7 @@ from crucible.workloads.precision import (
     load_precision_state,
     precision_state,
     precision_stats,
+    sample_matmul_error,
 )
 from crucible.workloads.profile_summary import (
     DATA_ANNOTATION,
@@ -212,6 +213,10 @@ class Trainer:
         # splits the step's time by them); outside a profiler they cost next to nothing.
         with record_function(DATA_ANNOTATION):
             items = self.data.take(self.config.batch_size)
+        sampled = self._precision_stats_due()
+        if sampled:
+            # This step's batch also measures each low-precision GEMM against bf16's.
+            sample_matmul_error(self.raw_model, True)
         # Every rank draws the same global batch and keeps its own slice, so the data
         # order does not depend on the number of ranks.
         mine = items[self.rank :: self.world_size]
@@ -250,8 +255,9 @@ class Trainer:
             "tokens": float(sum(row_targets)),
             "model_flops": float(self.step_flops.of_rows(row_targets)),
         }
-        if self._precision_stats_due():
-            metrics.update(precision_stats(self.config, self.raw_model))
+        if sampled:
+            sample_matmul_error(self.raw_model, False)
+            metrics.update(precision_stats(self.config, self.raw_model, sampled=True))
         return metrics
 
     def _precision_stats_due(self) -> bool:

@@ -27,6 +27,22 @@ def test_saturation_is_the_share_clipped_at_the_format_max(rounding, saturated) 
     assert stats["numerics/0/weight_underflow"] == 0.0
     assert stats["numerics/0/grad_output_saturated"] == 0.0
     assert "numerics/0/input_t_underflow" in stats
+    assert stats["numerics/0/input_amax"] == 500.0
+
+
+def test_a_sampled_layer_reports_its_gemm_error_against_bf16() -> None:
+    torch.manual_seed(0)
+    layer = EmulatedLinear(64, 32, recipe=MXFP8Recipe())
+    layer.sample_error = True
+    x = torch.randn(16, 64)
+    y = layer(x)
+    # What a bf16 run's GEMM writes: bf16 operands, a bf16 result.
+    reference = (x.bfloat16() @ layer.weight.detach().bfloat16().t()).float()
+    expected = (y - layer.bias - reference).norm() / reference.norm()
+    stats = numerics_stats(nn.Sequential(layer), sampled=True)
+    assert stats["numerics/0/matmul_rel_error"] == pytest.approx(expected.item(), rel=1e-3)
+    assert 0.001 < stats["numerics/0/matmul_rel_error"] < 0.2
+    assert "numerics/0/matmul_rel_error" not in numerics_stats(nn.Sequential(layer))
 
 
 def test_a_model_without_emulated_layers_reports_nothing() -> None:

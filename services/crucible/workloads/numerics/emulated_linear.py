@@ -20,7 +20,13 @@ from crucible.workloads.numerics.recipes import (
     OperandQuantizer,
     Recipe,
 )
-from crucible.workloads.numerics.telemetry import OPERANDS, SHARES_BUFFER, empty_shares
+from crucible.workloads.numerics.telemetry import (
+    ERROR_BUFFER,
+    OPERANDS,
+    SHARES_BUFFER,
+    empty_shares,
+    matmul_relative_error,
+)
 
 Format = Literal["mxfp8", "nvfp4"]
 RECIPES: dict[str, type[MXFP8Recipe] | type[NVFP4Recipe]] = {
@@ -98,8 +104,9 @@ def _record(shares: Tensor, *rows: tuple[str, Tensor]) -> None:
 class EmulatedLinear(nn.Linear):
     """A drop-in nn.Linear whose GEMMs see the recipe's numerics; the bias is added unrounded.
 
-    Its state dict is nn.Linear's (the telemetry buffer is not persistent), so checkpoints move
-    freely between emulated and plain runs.
+    Its state dict is nn.Linear's (the telemetry buffers are not persistent), so checkpoints
+    move freely between emulated and plain runs. Set `sample_error` for a step to record the
+    forward GEMM's relative error against bf16's on that step's batch.
     """
 
     def __init__(
@@ -115,19 +122,23 @@ class EmulatedLinear(nn.Linear):
         _check_features(in_features, out_features, recipe)
         self.recipe = recipe
         self.quantize = OperandQuantizer(recipe, layer_seed=layer_seed)
+        self.sample_error = False
         self.register_buffer(SHARES_BUFFER, empty_shares(self.weight.device), persistent=False)
+        self.register_buffer(
+            ERROR_BUFFER, torch.zeros((), device=self.weight.device), persistent=False
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_autocast_enabled(x.device.type):
             # The GEMM would read a bf16 input under autocast, so that is what gets rounded.
             x = x.to(torch.get_autocast_dtype(x.device.type))
         leading = x.shape[:-1]
-        y = _EmulatedMatmul.apply(
-            x.reshape(-1, self.in_features),
-            self.weight,
-            self.get_buffer(SHARES_BUFFER),
-            self.quantize,
-        )
+        flat = x.reshape(-1, self.in_features)
+        y = _EmulatedMatmul.apply(flat, self.weight, self.get_buffer(SHARES_BUFFER), self.quantize)
+        if self.sample_error and not torch.compiler.is_compiling():
+            with torch.no_grad():
+                error = matmul_relative_error(y, flat, self.weight)
+                self.get_buffer(ERROR_BUFFER).copy_(error)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         return y.reshape(*leading, self.out_features)  # type: ignore[no-any-return]

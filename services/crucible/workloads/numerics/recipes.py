@@ -27,7 +27,7 @@ from torch import Tensor
 
 from crucible.workloads.numerics import mxfp8, nvfp4
 from crucible.workloads.numerics.hadamard import apply_hadamard, random_hadamard
-from crucible.workloads.numerics.telemetry import saturation_and_underflow
+from crucible.workloads.numerics.telemetry import operand_stats
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class OperandQuantizer:
         self._hadamard = random_hadamard(recipe_seed) if rotates else None
 
     def __call__(self, operand: str, t: Tensor) -> tuple[Tensor, Tensor]:
-        """(t through the format and back as float32, [saturated share, underflow share]).
+        """(t through the format and back as float32, its telemetry.STATS).
 
         `t` is laid out with the GEMM's reduction dimension last. The wgrad operands come back
         Hadamard-transformed when the recipe says so; the transform cancels in their product.
@@ -105,7 +105,7 @@ class OperandQuantizer:
                 two_d_blocks=self.recipe.weight_2d_blocks and operand in ("weight", "weight_t"),
             )
         dequantized = quantized.dequantize()
-        return dequantized, saturation_and_underflow(t, quantized, dequantized)
+        return dequantized, operand_stats(t, quantized, dequantized)
 
     def rounding_state(self) -> dict[str, list[int]]:
         """Each device's stochastic-rounding stream as it stands, for a checkpoint: a run

@@ -1,6 +1,8 @@
 """How much each quantized GEMM operand loses at the ends of its format's range: the share of
 values clipped at the format's max (saturation) and the share of non-zero values that come back
-as zero (underflow). A trainer logs them to see a recipe going wrong before the loss does.
+as zero (underflow), beside the operand's amax (logged every few steps, its history). A trainer
+logs them to see a recipe going wrong before the loss does; and, on sampled steps, how far each
+low-precision GEMM's output is from bf16's (`matmul_relative_error`).
 
 Each emulated layer keeps the shares of its last call in a buffer (row per operand, in OPERANDS
 order; columns in STATS order), updated in place with no host sync; `numerics_stats` reads all
@@ -15,8 +17,9 @@ from torch import Tensor, nn
 OPERANDS = ("input", "weight", "grad_output", "weight_t", "grad_output_t", "input_t")
 """Forward: input @ weight.T. Dgrad: grad_output @ weight, with the weight quantized along
 its output dimension (weight_t). Wgrad: grad_output_t @ input_t.T, both along the tokens."""
-STATS = ("saturated", "underflow")
+STATS = ("saturated", "underflow", "amax")
 SHARES_BUFFER = "quantization_shares"
+ERROR_BUFFER = "matmul_rel_error"
 
 
 class Quantized(Protocol):
@@ -31,27 +34,44 @@ def empty_shares(device: torch.device | None = None) -> Tensor:
     return torch.zeros(len(OPERANDS), len(STATS), device=device)
 
 
-def saturation_and_underflow(x: Tensor, quantized: Quantized, dequantized: Tensor) -> Tensor:
-    """float32 (2,): the share of x's values clipped at the format max, and the share that
-    were non-zero and dequantize to zero."""
+def operand_stats(x: Tensor, quantized: Quantized, dequantized: Tensor) -> Tensor:
+    """float32 (3,), in STATS order: the share of x's values clipped at the format max, the
+    share that were non-zero and dequantize to zero, and x's largest magnitude."""
     underflow = (x != 0) & (dequantized == 0)
-    return torch.stack([quantized.saturated.float().mean(), underflow.float().mean()])
+    return torch.stack(
+        [quantized.saturated.float().mean(), underflow.float().mean(), x.abs().amax().float()]
+    )
 
 
-def numerics_stats(model: nn.Module) -> dict[str, float]:
-    """`numerics/<layer>/<operand>_<stat>` for every emulated layer, from its last call."""
+def matmul_relative_error(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
+    """float32 (): ||y - x @ w.T|| / ||x @ w.T||, the reference being bf16's GEMM of the
+    unquantized operands, written in bf16 as a bf16 run's is: how far a low-precision GEMM's
+    output is from what a bf16 run would have computed on the same batch."""
+    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        reference = (x.bfloat16() @ weight.bfloat16().t()).float()
+        error: Tensor = (y.float() - reference).norm() / reference.norm().clamp(min=1e-30)
+        return error
+
+
+def numerics_stats(model: nn.Module, *, sampled: bool = False) -> dict[str, float]:
+    """`numerics/<layer>/<operand>_<stat>` for every emulated layer, from its last call; with
+    `sampled` (the last batch measured it), `numerics/<layer>/matmul_rel_error` too."""
     layers = [
-        (name, buffers[SHARES_BUFFER])
+        (name, buffers)
         for name, module in model.named_modules()
         if SHARES_BUFFER in (buffers := dict(module.named_buffers(recurse=False)))
     ]
     if not layers:
         return {}
-    values = torch.stack([shares.flatten().float() for _, shares in layers]).flatten().tolist()
+    rows = [buffers[SHARES_BUFFER].flatten().float() for _, buffers in layers]
     keys = [
         f"numerics/{name}/{operand}_{stat}"
         for name, _ in layers
         for operand in OPERANDS
         for stat in STATS
     ]
+    if sampled:
+        rows += [buffers[ERROR_BUFFER].reshape(1).float() for _, buffers in layers]
+        keys += [f"numerics/{name}/{ERROR_BUFFER}" for name, _ in layers]
+    values = torch.cat(rows).tolist()
     return dict(zip(keys, values, strict=True))
