@@ -1,14 +1,16 @@
 // The run page of a low-precision run: an emulated (mxfp8) run's Numerics section (the
-// saturation warning, the worst-share charts beside the loss, the table by layer) and an fp8
-// run's (the amax and scale table, the scale drift chart), and that neither draws a chart per
-// layer among the ordinary metrics. Prints one JSON line of what the pages showed;
+// saturation warning, the worst-share and GEMM error charts beside the loss, the amax history,
+// the table by layer), an fp8 run's (the amax and scale table, the GEMM error and scale drift
+// charts), a block-scaled fp8 run's (no scales), and that none draws a chart per layer among
+// the ordinary metrics. Prints one JSON line of what the pages showed;
 // tests/browser/test_numerics_panel.py seeds the server and checks it.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
-const { BASE_URL, TOKEN, EMULATED_RUN_ID, FP8_RUN_ID, PLAIN_RUN_ID, CHROMIUM, SCREENSHOT_DIR } = process.env;
+const { BASE_URL, TOKEN, EMULATED_RUN_ID, FP8_RUN_ID, FP8_BLOCK_RUN_ID, PLAIN_RUN_ID, CHROMIUM, SCREENSHOT_DIR } =
+  process.env;
 const profile = mkdtempSync(join(tmpdir(), 'crucible-chromium-'));
 const context = await chromium.launchPersistentContext(profile, {
   executablePath: CHROMIUM,
@@ -27,6 +29,22 @@ async function ink(page, testId) {
     for (let i = 3; i < data.length; i += 4) if (data[i] > 0) painted += 1;
     return painted;
   });
+}
+
+async function headerRows(table) {
+  return table
+    .locator('thead tr')
+    .evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((cell) => cell.textContent)));
+}
+
+/** The caption of the figure that holds a chart. */
+async function caption(section, testId) {
+  const chart = section.page().locator(`[data-testid="${testId}"]`);
+  return section.locator('figure', { has: chart }).locator('figcaption').textContent();
+}
+
+async function legend(page, testId) {
+  return page.locator(`[data-testid="${testId}"] .u-legend .u-series .u-label`).allTextContents();
 }
 
 async function rows(table) {
@@ -64,20 +82,19 @@ try {
   await shares.waitFor();
   const warnings = await section.getByRole('list', { name: 'Saturation warnings' }).locator('li').allTextContents();
   const warningHeading = await section.locator('.numerics-warning strong').textContent();
-  const header = await shares
-    .locator('thead tr')
-    .evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((cell) => cell.textContent)));
+  const header = await headerRows(shares);
   const shareRows = await rows(shares);
   const overCells = await shares.locator('td.over').allTextContents();
   const emulatedInk = {
     saturated: await ink(page, 'numerics-worst-saturated'),
     underflow: await ink(page, 'numerics-worst-underflow'),
     loss: await ink(page, 'numerics-loss'),
+    error: await ink(page, 'numerics-matmul-error'),
+    amax: await ink(page, 'numerics-amax'),
   };
-  const worstCaption = await section
-    .locator('figure', { has: page.locator('[data-testid="numerics-worst-saturated"]') })
-    .locator('figcaption')
-    .textContent();
+  const worstCaption = await caption(section, 'numerics-worst-saturated');
+  const errorCaption = await caption(section, 'numerics-matmul-error');
+  const amaxLegend = await legend(page, 'numerics-amax');
   await page.locator('[data-testid="chart-loss"] canvas').waitFor();
   const emulatedPerLayerCharts = await perLayerCharts(page);
   const sectionOrder = await page.locator('main h2').allTextContents();
@@ -102,19 +119,29 @@ try {
   await page.goto(`${BASE_URL}/#/runs/${FP8_RUN_ID}`);
   const fp8 = section.getByRole('table', { name: 'fp8 amax and scale by layer' });
   await fp8.waitFor();
-  const fp8Header = await fp8
-    .locator('thead tr')
-    .evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((cell) => cell.textContent)));
+  const fp8Header = await headerRows(fp8);
   const fp8Rows = await rows(fp8);
   const driftInk = await ink(page, 'fp8-scale-drift');
-  const driftLegend = await page
-    .locator('[data-testid="fp8-scale-drift"] .u-legend .u-series .u-label')
-    .allTextContents();
+  const driftLegend = await legend(page, 'fp8-scale-drift');
+  const fp8ErrorInk = await ink(page, 'numerics-matmul-error');
   await page.locator('[data-testid="chart-loss"] canvas').waitFor();
   const fp8PerLayerCharts = await perLayerCharts(page);
   const fp8Warnings = await section.getByRole('list', { name: 'Saturation warnings' }).count();
   await section.screenshot({ path: join(SCREENSHOT_DIR, 'numerics-fp8.png') });
   const fp8ChartRequests = [...chartRequests];
+
+  // The block-scaled fp8 run: no scale anywhere, and nothing broken for the lack of it.
+  await page.goto(`${BASE_URL}/#/runs/${FP8_BLOCK_RUN_ID}`);
+  const block = section.getByRole('table', { name: 'fp8 amax by layer' });
+  await block.waitFor();
+  const blockHeading = await section.locator('#fp8-latest-heading').textContent();
+  const blockHeader = await headerRows(block);
+  const blockRows = await rows(block);
+  const blockErrorInk = await ink(page, 'numerics-matmul-error');
+  const blockErrorCaption = await caption(section, 'numerics-matmul-error');
+  await page.locator('[data-testid="chart-loss"] canvas').waitFor();
+  const blockScaleCharts = await page.locator('[data-testid="fp8-scale-drift"]').count();
+  await section.screenshot({ path: join(SCREENSHOT_DIR, 'numerics-fp8-block.png') });
 
   // A run with only a loss has no section.
   await page.goto(`${BASE_URL}/#/runs/${PLAIN_RUN_ID}`);
@@ -131,6 +158,8 @@ try {
       overCells,
       emulatedInk,
       worstCaption,
+      errorCaption,
+      amaxLegend,
       emulatedPerLayerCharts,
       sectionOrder,
       tabbedToTable,
@@ -142,6 +171,13 @@ try {
       fp8PerLayerCharts,
       fp8Warnings,
       fp8ChartRequests,
+      fp8ErrorInk,
+      blockHeading,
+      blockHeader,
+      blockRows,
+      blockErrorInk,
+      blockErrorCaption,
+      blockScaleCharts,
       plainSections,
       problems,
     }),

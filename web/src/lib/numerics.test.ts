@@ -2,8 +2,10 @@ import { describe, expect, it } from 'vitest';
 
 import type { MetricSeries } from '../api/client';
 import {
+  MATMUL_ERROR_MAX_KEY,
   SATURATION_WARNING,
   alignOnSteps,
+  amaxDrift,
   chunkKeys,
   columns,
   emulatedTable,
@@ -16,6 +18,7 @@ import {
   sharePercent,
   tableMax,
   warningText,
+  worstError,
   worstSeries,
 } from './numerics';
 
@@ -55,6 +58,32 @@ describe('parseNumericsKey', () => {
     expect(parseNumericsKey('fp8/blocks.0.mlp.c_fc/input_scale')?.stat).toBe('scale');
   });
 
+  it('reads an emulated operand amax', () => {
+    expect(parseNumericsKey('numerics/blocks.3.attn.qkv/grad_output_t_amax')).toEqual({
+      family: 'emulated',
+      layer: 'blocks.3.attn.qkv',
+      operand: 'grad_output_t',
+      stat: 'amax',
+    });
+  });
+
+  it('reads the GEMM error as a layer stat in both families, not as an operand', () => {
+    expect(parseNumericsKey('numerics/blocks.0.attn.qkv/matmul_rel_error')).toEqual({
+      family: 'emulated',
+      layer: 'blocks.0.attn.qkv',
+      stat: 'matmul_rel_error',
+    });
+    expect(parseNumericsKey('fp8/blocks.0.mlp.fc/matmul_rel_error')).toEqual({
+      family: 'fp8',
+      layer: 'blocks.0.mlp.fc',
+      stat: 'matmul_rel_error',
+    });
+    // The run-level worst is an ordinary series, and a near miss of the name is no stat.
+    expect(parseNumericsKey(MATMUL_ERROR_MAX_KEY)).toBeNull();
+    expect(parseNumericsKey('numerics/blocks.0/input_matmul_rel_error')).toBeNull();
+    expect(parseNumericsKey('numerics/matmul_rel_error')).toBeNull();
+  });
+
   it('refuses keys of another shape', () => {
     expect(parseNumericsKey('loss')).toBeNull();
     expect(parseNumericsKey('numerics/saturated')).toBeNull();
@@ -68,6 +97,11 @@ describe('parseNumericsKey', () => {
       'numerics/a/input_saturated',
       'fp8/a/input_amax',
     ]);
+    expect(
+      ['numerics/a/input_amax', 'numerics/a/matmul_rel_error', 'fp8/a/matmul_rel_error', MATMUL_ERROR_MAX_KEY].filter(
+        isNumericsKey,
+      ),
+    ).toEqual(['numerics/a/input_amax', 'numerics/a/matmul_rel_error', 'fp8/a/matmul_rel_error']);
   });
 });
 
@@ -95,6 +129,32 @@ describe('emulatedTable', () => {
       latest({ 'numerics/blocks.10.x/input_saturated': 0, 'numerics/blocks.2.x/input_saturated': 0 }),
     );
     expect(table?.rows.map((row) => row.layer)).toEqual(['blocks.2.x', 'blocks.10.x']);
+  });
+
+  it("keeps each layer's GEMM error beside its operands, not as an operand column", () => {
+    const table = emulatedTable(
+      latest({
+        'numerics/a/input_saturated': 0.02,
+        'numerics/a/input_amax': 6,
+        'numerics/a/matmul_rel_error': 0.03,
+        'numerics/b/input_saturated': 0,
+        'numerics/b/matmul_rel_error': 0.05,
+        'numerics/c/input_saturated': 0,
+      }),
+    );
+    expect(table?.operands).toEqual(['input']);
+    expect(table?.rows).toEqual([
+      { layer: 'a', cells: { input: { saturated: 0.02, amax: 6 } }, error: 0.03 },
+      { layer: 'b', cells: { input: { saturated: 0 } }, error: 0.05 },
+      { layer: 'c', cells: { input: { saturated: 0 } } },
+    ]);
+    expect(table && columns(table, ['saturated', 'underflow'])).toEqual([{ operand: 'input', stat: 'saturated' }]);
+    expect(table && worstError(table)).toEqual({ layer: 'b', error: 0.05 });
+  });
+
+  it('has no worst error before a step sampled one', () => {
+    const table = emulatedTable(latest({ 'numerics/a/input_saturated': 0 }));
+    expect(table && worstError(table)).toBeNull();
   });
 
   it('is null without emulated keys', () => {
@@ -137,6 +197,26 @@ describe('fp8Table', () => {
     expect(table && tableMax(table, 'amax', 'input')).toBe(8);
     expect(table && tableMax(table, 'amax', 'grad')).toBe(0.5);
     expect(table && tableMax(table, 'amax')).toBe(8);
+  });
+
+  it('has no scale columns for a row- or block-scaled run, and its GEMM errors by layer', () => {
+    const table = fp8Table(
+      latest({
+        'fp8/blocks.0.mlp.fc/input_amax': 4,
+        'fp8/blocks.0.mlp.fc/weight_amax': 0.5,
+        'fp8/blocks.0.mlp.fc/grad_amax': 0.25,
+        'fp8/blocks.0.mlp.fc/matmul_rel_error': 0.04,
+        [MATMUL_ERROR_MAX_KEY]: 0.04,
+      }),
+    );
+    expect(table?.operands).toEqual(['input', 'weight', 'grad']);
+    expect(table && columns(table, ['amax', 'scale'])).toEqual([
+      { operand: 'input', stat: 'amax' },
+      { operand: 'weight', stat: 'amax' },
+      { operand: 'grad', stat: 'amax' },
+    ]);
+    expect(table?.rows[0]?.error).toBe(0.04);
+    expect(table && worstError(table)).toEqual({ layer: 'blocks.0.mlp.fc', error: 0.04 });
   });
 });
 
@@ -213,6 +293,19 @@ describe('worstSeries', () => {
   it('is empty without the stat', () => {
     expect(worstSeries([series('loss', [[1, 1]])], 'saturated', 10).steps).toEqual([]);
   });
+
+  it('leaves out the amax and the GEMM error', () => {
+    const worst = worstSeries(
+      [
+        series('numerics/a/input_saturated', [[10, 0.001]]),
+        series('numerics/a/input_amax', [[10, 7]]),
+        series('numerics/a/matmul_rel_error', [[10, 0.5]]),
+      ],
+      'saturated',
+      10,
+    );
+    expect(worst.values).toEqual([0.001]);
+  });
 });
 
 describe('alignOnSteps', () => {
@@ -244,6 +337,26 @@ describe('scaleDrift', () => {
     expect(drifts.map((drift) => drift.layer)).toEqual(['b', 'a']);
     expect(drifts[0]?.values).toEqual([1, 3]);
     expect(drifts[1]).toMatchObject({ steps: [1, 2], values: [1, 0.5], largest: 2 });
+  });
+});
+
+describe('amaxDrift', () => {
+  it('ranks layer operands by how far their amax moved, leaving out the transposed copies', () => {
+    const drifts = amaxDrift(
+      [
+        series('numerics/a/input_amax', [[10, 2], [20, 8]]),
+        series('numerics/a/input_t_amax', [[10, 2], [20, 80]]),
+        series('numerics/b/grad_output_amax', [[10, 1], [20, 0.1]]),
+        series('numerics/b/weight_amax', [[10, 1], [20, 1.1]]),
+        series('numerics/b/weight_saturated', [[10, 1e-6], [20, 0.5]]),
+        series('fp8/c/input_amax', [[10, 1], [20, 1000]]),
+      ],
+      2,
+    );
+    expect(drifts.map(({ layer, operand }) => `${layer} ${operand}`)).toEqual(['b grad_output', 'a input']);
+    expect(drifts[0]).toMatchObject({ steps: [10, 20], largest: 10 });
+    expect(drifts[0]?.values[1]).toBeCloseTo(0.1);
+    expect(drifts[1]).toMatchObject({ values: [1, 4], largest: 4 });
   });
 });
 

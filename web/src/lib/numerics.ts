@@ -3,15 +3,26 @@ import type uPlot from 'uplot';
 import type { MetricSeries } from '../api/client';
 
 // What a low-precision run logs per Linear layer every `fp8_stats_every` steps
-// (docs/workloads.md, `precision`): an fp8 run its amax and scales
-// (services/crucible/workloads/fp8.py FP8_STAT_NAMES), an emulated mxfp8/nvfp4 run the
-// share of each GEMM operand that saturated or underflowed (workloads/numerics/telemetry.py).
+// (docs/workloads.md, `precision`): an fp8 run its amax and, with per-tensor scaling, its
+// scales (services/crucible/workloads/fp8.py FP8_STAT_NAMES; fp8_scaled.py STAT_NAMES for row
+// and block scaling), an emulated mxfp8/nvfp4 run each GEMM operand's amax and the share of it
+// that saturated or underflowed (workloads/numerics/telemetry.py). Both log each layer's
+// forward GEMM error against bf16's, `<prefix><layer>/matmul_rel_error`, and its largest over
+// the layers as MATMUL_ERROR_MAX_KEY.
 export const EMULATED_PREFIX = 'numerics/';
 export const FP8_PREFIX = 'fp8/';
 
 // The forward's operands, then dgrad's, then wgrad's: the order the matmuls run in.
 export const EMULATED_OPERANDS = ['input', 'weight', 'grad_output', 'weight_t', 'grad_output_t', 'input_t'];
 export const FP8_OPERANDS = ['input', 'weight', 'grad'];
+// The amax history follows these: the transposed operands are the same tensors (NVFP4 rotates
+// the wgrad ones by a Hadamard transform at most), so their lines would mostly repeat these.
+export const AMAX_OPERANDS = ['input', 'weight', 'grad_output'];
+
+// A layer's own stat, not an operand's: the name has no operand part.
+export const MATMUL_ERROR = 'matmul_rel_error';
+// The run-level series services/crucible/domain/metric_keys.py NUMERICS_MATMUL_ERROR_MAX names.
+export const MATMUL_ERROR_MAX_KEY = 'precision/matmul_rel_error_max';
 
 // MXFP8's default (ceil) scale rounding saturates nothing by construction, and the floor
 // rounding or NVFP4's short range only a block's largest value now and then. A share of 1%
@@ -19,24 +30,28 @@ export const FP8_OPERANDS = ['input', 'weight', 'grad'];
 // scales lag the data or the format's range is too short for it, and the loss tends to follow.
 export const SATURATION_WARNING = 0.01;
 
-// Lines on the drift chart: past about six, the colours repeat and the legend outgrows it.
+// Lines on a drift chart: past about six, the colours repeat and the legend outgrows it.
 export const DRIFT_LINES = 6;
 
-export type EmulatedStat = 'saturated' | 'underflow';
+export type ShareStat = 'saturated' | 'underflow';
+export type EmulatedStat = ShareStat | 'amax';
 export type Fp8Stat = 'amax' | 'scale';
+export type NumericsFamily = 'emulated' | 'fp8';
 
 export type NumericsKey =
   | { family: 'emulated'; layer: string; operand: string; stat: EmulatedStat }
-  | { family: 'fp8'; layer: string; operand: string; stat: Fp8Stat };
+  | { family: 'fp8'; layer: string; operand: string; stat: Fp8Stat }
+  | { family: NumericsFamily; layer: string; stat: typeof MATMUL_ERROR };
 
 /** True for the per-layer keys the Numerics section shows instead of a chart each. */
 export function isNumericsKey(key: string): boolean {
   return key.startsWith(EMULATED_PREFIX) || key.startsWith(FP8_PREFIX);
 }
 
-/** `numerics/blocks.3.attn.qkv/grad_output_t_saturated` -> layer, operand, stat; null for a
- * key of another shape. The operand is everything before the last underscore, since operand
- * names hold underscores themselves. */
+/** `numerics/blocks.3.attn.qkv/grad_output_t_saturated` -> layer, operand, stat, and
+ * `fp8/blocks.3.attn.qkv/matmul_rel_error` -> layer, stat; null for a key of another shape.
+ * The operand is everything before the last underscore, since operand names hold underscores
+ * themselves; the GEMM error, whose name holds them too, is matched whole first. */
 export function parseNumericsKey(key: string): NumericsKey | null {
   const family = key.startsWith(EMULATED_PREFIX) ? 'emulated' : key.startsWith(FP8_PREFIX) ? 'fp8' : null;
   if (family === null) return null;
@@ -45,11 +60,14 @@ export function parseNumericsKey(key: string): NumericsKey | null {
   if (slash <= 0) return null;
   const layer = rest.slice(0, slash);
   const name = rest.slice(slash + 1);
+  if (name === MATMUL_ERROR) return { family, layer, stat: MATMUL_ERROR };
   const underscore = name.lastIndexOf('_');
   if (underscore <= 0) return null;
   const operand = name.slice(0, underscore);
   const stat = name.slice(underscore + 1);
-  if (family === 'emulated' && (stat === 'saturated' || stat === 'underflow')) return { family, layer, operand, stat };
+  if (family === 'emulated' && (stat === 'saturated' || stat === 'underflow' || stat === 'amax')) {
+    return { family, layer, operand, stat };
+  }
   if (family === 'fp8' && (stat === 'amax' || stat === 'scale')) return { family, layer, operand, stat };
   return null;
 }
@@ -74,7 +92,8 @@ export interface LatestPoint {
 export interface NumericsTable<Stat extends string> {
   /** Columns, in matmul order. */
   operands: string[];
-  rows: { layer: string; cells: Record<string, Partial<Record<Stat, number>>> }[];
+  /** `error`: the layer's latest GEMM error against bf16, absent until a step sampled it. */
+  rows: { layer: string; cells: Record<string, Partial<Record<Stat, number>>>; error?: number }[];
 }
 
 function latestTable<Stat extends string>(
@@ -82,25 +101,29 @@ function latestTable<Stat extends string>(
   family: NumericsKey['family'],
   known: string[],
 ): NumericsTable<Stat> {
-  const layers = new Map<string, Record<string, Partial<Record<Stat, number>>>>();
+  const layers = new Map<string, NumericsTable<Stat>['rows'][number]>();
   const operands = new Set<string>();
   for (const { key, last_value: value } of keys) {
     const parsed = parseNumericsKey(key);
     if (parsed?.family !== family || value === null) continue;
-    const cells = layers.get(parsed.layer) ?? {};
-    (cells[parsed.operand] ??= {})[parsed.stat as Stat] = value;
-    layers.set(parsed.layer, cells);
+    const row = layers.get(parsed.layer) ?? { layer: parsed.layer, cells: {} };
+    layers.set(parsed.layer, row);
+    if (parsed.stat === MATMUL_ERROR) {
+      row.error = value;
+      continue;
+    }
+    (row.cells[parsed.operand] ??= {})[parsed.stat as Stat] = value;
     operands.add(parsed.operand);
   }
-  const rows = [...layers].map(([layer, cells]) => ({ layer, cells })).sort((a, b) => compareLayers(a.layer, b.layer));
+  const rows = [...layers.values()].sort((a, b) => compareLayers(a.layer, b.layer));
   return { operands: orderOperands(operands, known), rows };
 }
 
-function worstOf(cells: Record<string, Partial<Record<EmulatedStat, number>>>, stat: EmulatedStat): number {
+function worstOf(cells: Record<string, Partial<Record<EmulatedStat, number>>>, stat: ShareStat): number {
   return Math.max(0, ...Object.values(cells).map((cell) => cell[stat] ?? 0));
 }
 
-/** Each layer's latest saturated and underflow shares by operand, the worst saturation first
+/** Each layer's latest saturated and underflow shares (and amax) by operand, the worst saturation first
  * (then the worst underflow, then module order), or null when the run logged none. */
 export function emulatedTable(keys: LatestPoint[]): NumericsTable<EmulatedStat> | null {
   const table = latestTable<EmulatedStat>(keys, 'emulated', EMULATED_OPERANDS);
@@ -114,7 +137,8 @@ export function emulatedTable(keys: LatestPoint[]): NumericsTable<EmulatedStat> 
   return table;
 }
 
-/** Each layer's latest amax and scale by operand, in module order, or null without fp8 keys. */
+/** Each layer's latest amax and scale (a row- or block-scaled run logs no scale) by operand,
+ * in module order, or null without fp8 keys. */
 export function fp8Table(keys: LatestPoint[]): NumericsTable<Fp8Stat> | null {
   const table = latestTable<Fp8Stat>(keys, 'fp8', FP8_OPERANDS);
   return table.rows.length === 0 ? null : table;
@@ -133,6 +157,15 @@ export function columns<Stat extends string>(table: NumericsTable<Stat>, stats: 
       .filter((stat) => table.rows.some(({ cells }) => cells[operand]?.[stat] !== undefined))
       .map((stat) => ({ operand, stat })),
   );
+}
+
+/** The layer whose latest GEMM error is the largest, or null before any step sampled one. */
+export function worstError<Stat extends string>(table: NumericsTable<Stat>): { layer: string; error: number } | null {
+  let worst: { layer: string; error: number } | null = null;
+  for (const { layer, error } of table.rows) {
+    if (error !== undefined && (worst === null || error > worst.error)) worst = { layer, error };
+  }
+  return worst;
 }
 
 export interface SaturationWarning {
@@ -156,7 +189,7 @@ export function warningText({ layer, operand, share }: SaturationWarning): strin
 }
 
 /** "3.2%", "0.041%", "0%": two significant digits, since a share of a few in ten thousand
- * already says something that "0.0%" would hide. */
+ * already says something that "0.0%" would hide. A relative error reads the same way. */
 export function sharePercent(share: number | undefined): string {
   if (share === undefined) return '—';
   if (share === 0) return '0%';
@@ -198,7 +231,7 @@ export interface WorstSeries {
  * `buckets`, the worst is taken step by step; past that, the steps are cut into `buckets`
  * equal spans and each span keeps its highest point: the peaks the server kept survive either way.
  */
-export function worstSeries(series: MetricSeries[], stat: EmulatedStat, buckets: number): WorstSeries {
+export function worstSeries(series: MetricSeries[], stat: ShareStat, buckets: number): WorstSeries {
   const points: { step: number; value: number; key: string }[] = [];
   for (const one of series) {
     const parsed = parseNumericsKey(one.key);
@@ -259,6 +292,24 @@ export interface ScaleDrift extends Line {
   largest: number;
 }
 
+export interface AmaxDrift extends ScaleDrift {
+  operand: string;
+}
+
+/** A series as a ratio to its first value, or null when that is not positive. */
+function ratioToFirst(one: MetricSeries): Omit<ScaleDrift, 'layer'> | null {
+  const start = one.values[0];
+  if (start === undefined || start <= 0) return null;
+  const values = one.values.map((value) => value / start);
+  const largest = Math.max(...values.map((ratio) => (ratio > 0 ? Math.max(ratio, 1 / ratio) : Infinity)));
+  return { steps: one.steps, values, largest };
+}
+
+function farthestFirst<Drift extends ScaleDrift>(drifts: Drift[], limit: number): Drift[] {
+  drifts.sort((a, b) => b.largest - a.largest || compareLayers(a.layer, b.layer));
+  return drifts.slice(0, limit);
+}
+
 /**
  * Each fp8 layer's input scale as a ratio to its first logged value, the `limit` layers that
  * drifted farthest first. A scale is the format's largest value over the tensor's amax, so a
@@ -268,15 +319,28 @@ export function scaleDrift(series: MetricSeries[], limit: number = DRIFT_LINES):
   const drifts: ScaleDrift[] = [];
   for (const one of series) {
     const parsed = parseNumericsKey(one.key);
-    const start = one.values[0];
-    if (parsed?.family !== 'fp8' || parsed.operand !== 'input' || parsed.stat !== 'scale') continue;
-    if (start === undefined || start <= 0) continue;
-    const values = one.values.map((value) => value / start);
-    const largest = Math.max(...values.map((ratio) => (ratio > 0 ? Math.max(ratio, 1 / ratio) : Infinity)));
-    drifts.push({ layer: parsed.layer, steps: one.steps, values, largest });
+    if (parsed?.family !== 'fp8' || parsed.stat !== 'scale' || parsed.operand !== 'input') continue;
+    const drift = ratioToFirst(one);
+    if (drift) drifts.push({ layer: parsed.layer, ...drift });
   }
-  drifts.sort((a, b) => b.largest - a.largest || compareLayers(a.layer, b.layer));
-  return drifts.slice(0, limit);
+  return farthestFirst(drifts, limit);
+}
+
+/**
+ * An emulated run's amax history: each layer's AMAX_OPERANDS amax as a ratio to its first
+ * logged value, the `limit` that drifted farthest first. Block scales follow the amax, so a
+ * drift is harmless on its own; beside a saturated or underflow share it says which way the
+ * operand's values moved.
+ */
+export function amaxDrift(series: MetricSeries[], limit: number = DRIFT_LINES): AmaxDrift[] {
+  const drifts: AmaxDrift[] = [];
+  for (const one of series) {
+    const parsed = parseNumericsKey(one.key);
+    if (parsed?.family !== 'emulated' || parsed.stat !== 'amax' || !AMAX_OPERANDS.includes(parsed.operand)) continue;
+    const drift = ratioToFirst(one);
+    if (drift) drifts.push({ layer: parsed.layer, operand: parsed.operand, ...drift });
+  }
+  return farthestFirst(drifts, limit);
 }
 
 /**
