@@ -13,6 +13,10 @@ Parts:
   their GPU telemetry (NVML, every CRUCIBLE_SYSTEM_METRICS_INTERVAL seconds) and MFU.
 - `sweep`: the 32-trial grid of `benchmarks/sweep_asha.py` on the GPU (each trial asks for
   one), with ASHA and without (`--sweeps`), alternated, `--sweep-samples` times each.
+- `numerics` (issue 28): the same 124M run, `--numerics-steps` steps on the same data and
+  seed, at each of `--precisions` (`NUMERICS`), logging its numerics every 20 steps: the
+  final loss (mean of the last 20 steps), tokens/s (median after step 20) and the worst
+  GEMM error against bf16, each read back from the API.
 
 The home (SQLite, run outputs and profiles; checkpoints and datasets left out) is packed to
 `home.tar.gz` under --out, at the fixed path it had here, so the dashboard can show these
@@ -56,10 +60,29 @@ PROFILED = (61, 3)
 """The first profiled step and how many."""
 
 
-def gpt_run(name: str, args: argparse.Namespace, *, profile: bool) -> dict[str, Any]:
+NUMERICS: dict[str, dict[str, Any]] = {
+    "bf16": {"precision": "bf16"},
+    "fp8-tensor": {"precision": "fp8"},
+    "fp8-row": {"precision": "fp8", "fp8_scaling": "row"},
+    "fp8-block": {"precision": "fp8", "fp8_scaling": "block"},
+    "mxfp8": {"precision": "mxfp8", "emulate_precision": True},
+    "nvfp4": {"precision": "nvfp4", "emulate_precision": True},
+}
+"""`--precisions`' names and the train fields each sets."""
+
+
+def gpt_run(
+    name: str,
+    args: argparse.Namespace,
+    *,
+    profile: bool,
+    steps: int | None = None,
+    dataset: str = "gpu-text",
+    **train_fields: Any,
+) -> dict[str, Any]:
     gpu = args.gpus > 0
     train: dict[str, Any] = {
-        "steps": args.steps,
+        "steps": steps or args.steps,
         "batch_size": 16,
         "warmup_steps": 2,
         "lr": 3e-4,
@@ -68,6 +91,7 @@ def gpt_run(name: str, args: argparse.Namespace, *, profile: bool) -> dict[str, 
     }
     if profile:
         train |= {"profile_from_step": PROFILED[0], "profile_steps": PROFILED[1]}
+    train |= train_fields
     return {
         "apiVersion": "crucible.dev/v1alpha1",
         "kind": "TrainingRun",
@@ -80,8 +104,8 @@ def gpt_run(name: str, args: argparse.Namespace, *, profile: bool) -> dict[str, 
                 "train": train,
                 "data": {"shape": "text", "packing": False},
             },
-            "inputs": [{"dataset": "gpu-text@latest"}],
-            "checkpoints": {"everySteps": args.steps},
+            "inputs": [{"dataset": f"{dataset}@latest"}],
+            "checkpoints": {"everySteps": steps or args.steps},
         },
     }
 
@@ -199,6 +223,47 @@ def sweep_part(api: CrucibleClient, args: argparse.Namespace, result: dict[str, 
             write(args.out, result)
 
 
+def numerics_part(api: CrucibleClient, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    data = HOME.parent / "data" / "numerics-text.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    # A document is 16 rows and a step takes 16: each run sees each row about once.
+    docs = args.numerics_steps + 1
+    write_jsonl(data, text_records(num_docs=docs, rows_per_doc=16))
+    register(api, "gpu-numerics-text", data, docs)
+    runs: dict[str, Any] = {}
+    for name in args.precisions.split(","):
+        manifest = gpt_run(
+            f"gpt-124m-{name}-{uuid.uuid4().hex[:4]}",
+            args,
+            profile=False,
+            steps=args.numerics_steps,
+            dataset="gpu-numerics-text",
+            fp8_stats_every=20,
+            **NUMERICS[name],
+        )
+        submitted = api.request(
+            "POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest}
+        )
+        run = wait_for(api, submitted["id"], limit_s=args.numerics_limit_s)
+        losses = series(api, run["id"], "loss")
+        rate = series(api, run["id"], "tokens_per_s")
+        errors = series(api, run["id"], "precision/matmul_rel_error_max")
+        last = sorted(losses)[-20:]
+        runs[name] = {
+            "run_id": run["id"],
+            "final_loss": statistics.fmean(losses[s] for s in last),
+            "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),
+            "matmul_rel_error_max": {str(step): v for step, v in errors.items()},
+        }
+        print(name, runs[name], flush=True)
+        result["numerics"] = {"steps": args.numerics_steps, "runs": runs}
+        if "bf16" in runs:
+            bf16 = runs["bf16"]["final_loss"]
+            for other in runs.values():
+                other["final_loss_vs_bf16"] = round(other["final_loss"] / bf16 - 1, 5)
+        write(args.out, result)
+
+
 def write(out: Path, result: dict[str, Any]) -> None:
     (out / "research.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
 
@@ -224,6 +289,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4-trial sweeps")
     parser.add_argument("--preset", default="124M", help="the GPT of the profile part")
     parser.add_argument("--gpus", type=int, default=1, help="0: a CPU smoke run (fp32)")
+    parser.add_argument("--numerics-steps", type=int, default=200)
+    parser.add_argument("--numerics-limit-s", type=float, default=600)
+    parser.add_argument("--precisions", default="bf16,fp8-block,mxfp8")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -245,6 +313,8 @@ def main() -> None:
                 profile_part(api, args, result)
             if "sweep" in parts:
                 sweep_part(api, args, result)
+            if "numerics" in parts:
+                numerics_part(api, args, result)
     finally:
         process.terminate()
         process.wait(60)

@@ -15,7 +15,7 @@ from crucible.workloads.fp8_scaled import (
 )
 from crucible.workloads.numerics import reference
 from crucible.workloads.numerics.fp8_scaling import TILE, Granularity, quantize
-from crucible.workloads.numerics.scaled_matmul import SUPPORTED, scaled_matmul
+from crucible.workloads.numerics.scaled_matmul import SUPPORTED, pad_reduction, scaled_matmul
 
 BF16_UNIT_ROUNDOFF = 2.0**-8
 
@@ -116,6 +116,24 @@ def test_the_emulated_scaled_gemm_is_the_float64_product_rounded_to_bf16(
     assert out.dtype == torch.bfloat16
     assert ((out.double() - exact).abs() <= bound).all()
     assert (out.double() - exact).abs().max() > 0
+
+
+@pytest.mark.parametrize("blocks", [6, 18, 8])
+def test_padding_k_to_whole_groups_of_four_blocks_leaves_the_product_as_it_was(blocks: int) -> None:
+    """Widths of 768 or 2304 (6 or 18 blocks) are padded to 8 or 20 blocks for cuBLAS's
+    128x128 scale layout; 8 blocks need none."""
+    g = torch.Generator().manual_seed(2)
+    a = quantize(torch.randn(TILE, blocks * TILE, generator=g), "tile")
+    b = quantize(torch.randn(2 * TILE, blocks * TILE, generator=g), "block")
+    a_padded, b_padded = pad_reduction(a), pad_reduction(b)
+
+    padded_blocks = -(-blocks // 4) * 4
+    assert a_padded.data.shape == (TILE, padded_blocks * TILE)
+    assert b_padded.scale.shape == (2, padded_blocks)
+    assert not a_padded.data[:, blocks * TILE :].float().any()
+    assert (blocks == padded_blocks) == (a_padded is a)
+    unpadded = scaled_matmul(a, b, native=False)
+    assert torch.equal(scaled_matmul(a_padded, b_padded, native=False), unpadded)
 
 
 def test_an_unsupported_pair_of_scalings_is_refused() -> None:

@@ -135,7 +135,7 @@ class EmulatedLinear(nn.Linear):
         leading = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
         y = _EmulatedMatmul.apply(flat, self.weight, self.get_buffer(SHARES_BUFFER), self.quantize)
-        if self.sample_error and not torch.compiler.is_compiling():
+        if self.sample_error:
             with torch.no_grad():
                 error = matmul_relative_error(y, flat, self.weight)
                 self.get_buffer(ERROR_BUFFER).copy_(error)

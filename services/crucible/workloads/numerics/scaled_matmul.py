@@ -9,12 +9,23 @@ row-major for right tiles; (K/128, N/128) column-major for right blocks (torch's
 `is_blockwise_*_scaling` checks). The result is bf16 either way: the emulation rounds its
 float32 product to bf16 as the kernel's epilogue does, so an emulated run's numerics differ
 from a native one's only in the order the kernel accumulates.
+
+cuBLAS reads a 128x128-block operand's scales with their K extent rounded up to a multiple
+of 4 blocks, and torch releases before PyTorch PR 166752 hand them over unpadded: where
+K/128 is not a multiple of 4 (a width of 768 or 2304) the kernel reads the wrong scales and
+answers wrong without an error (a 124M GPT trained erratically so). So such a pair
+is multiplied with K padded by zero blocks (`pad_reduction`), which adds nothing to the
+product on any torch version.
 """
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
-from crucible.workloads.numerics.fp8_scaling import Granularity, ScaledFloat8
+from crucible.workloads.numerics.fp8_scaling import TILE, Granularity, ScaledFloat8
+
+CUBLAS_BLOCK_SCALE_MULTIPLE = 4
+"""A 128x128-block operand's scales come in groups of this many K blocks."""
 
 SUPPORTED: frozenset[tuple[Granularity, Granularity]] = frozenset(
     {("tensor", "tensor"), ("row", "row"), ("tile", "tile"), ("tile", "block")}
@@ -29,6 +40,8 @@ def scaled_matmul(a: ScaledFloat8, b: ScaledFloat8, *, native: bool) -> Tensor:
     if not native:
         with torch.autocast(a.data.device.type, enabled=False):
             return (a.dequantize() @ b.dequantize().t()).to(torch.bfloat16)
+    if b.granularity == "block":
+        a, b = pad_reduction(a), pad_reduction(b)
     return torch._scaled_mm(
         a.data,
         b.data.t(),
@@ -53,3 +66,16 @@ def _right_scales(b: ScaledFloat8) -> Tensor:
     if b.granularity == "block":
         return inverse.contiguous().t()
     return inverse
+
+
+def pad_reduction(operand: ScaledFloat8) -> ScaledFloat8:
+    """The tile- or block-scaled operand with K padded by zeros (and scales of 1) to a
+    multiple of CUBLAS_BLOCK_SCALE_MULTIPLE blocks; itself if K is one already."""
+    blocks = operand.data.shape[1] // TILE
+    missing = -blocks % CUBLAS_BLOCK_SCALE_MULTIPLE
+    if not missing:
+        return operand
+    # float8 has no padding kernel; its +0 is the byte 0.
+    data = F.pad(operand.data.view(torch.uint8), (0, missing * TILE)).view(operand.data.dtype)
+    scale = F.pad(operand.scale, (0, missing), value=1.0)
+    return ScaledFloat8(data, scale, operand.granularity, operand.amax)
