@@ -23,8 +23,14 @@ from sqlalchemy.orm import Session
 from crucible.core.access import SYSTEM
 from crucible.core.metrics.history import history
 from crucible.core.runs import submit_run
-from crucible.core.sweep_scores import awaiting_scores, eval_points
-from crucible.core.sweeps import cancel_trials, end_sweep, trial_rows
+from crucible.core.sweep_scores import Points, awaiting_scores, eval_points
+from crucible.core.sweeps import (
+    cancel_trials,
+    end_sweep,
+    scored_rows,
+    started_trials,
+    trial_rows,
+)
 from crucible.core.transitions import move_run
 from crucible.db.tables import Project, Sweep, SweepTrial
 from crucible.domain import reasons
@@ -55,16 +61,20 @@ def advance_sweep(session: Session, sweep_id: int) -> None:
     plan = parse_plan(manifest.spec.plan_settings())
     controller = SweepController(plan)
     controller.load_state_dict(sweep.state)
-    # The metric's last values are read once, here: the tick changes no metric.
-    rows = trial_rows(session, sweep.id, plan)
-    trials = [(trial, run) for trial, run, _, _ in rows]
-    last = {trial.number: value for trial, _, _, value in rows}
-    run_ids = [run.id for _, run in trials]
-    scores: dict[int, list[tuple[int, float]]] = {}
+    # The metric's last values (or the trials' eval scores) are read once, here: the tick
+    # changes neither.
+    scores: dict[int, Points] = {}
     awaiting: set[int] = set()
     if plan.eval_suite is not None:
+        started = started_trials(session, sweep.id)
+        run_ids = [run.id for _, run in started]
         scores = eval_points(session, run_ids, plan.eval_suite, plan.metric)
         awaiting = awaiting_scores(session, run_ids, plan.eval_suite)
+        rows = scored_rows(started, scores)
+    else:
+        rows = trial_rows(session, sweep.id, plan)
+    trials = [(trial, run) for trial, run, _, _ in rows]
+    last = {trial.number: value for trial, _, _, value in rows}
     states = [
         TrialState(
             number=trial.number,

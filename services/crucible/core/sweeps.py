@@ -11,7 +11,7 @@ from crucible.core.access import Principal
 from crucible.core.lookups import get_or_404, listed_project_id, project_by_name
 from crucible.core.pagination import paginate
 from crucible.core.runs import require_project_namespace
-from crucible.core.sweep_scores import eval_points
+from crucible.core.sweep_scores import Points, eval_points
 from crucible.core.transitions import move_run
 from crucible.db.tables import MetricSeries, Run, Sweep, SweepTrial
 from crucible.domain import reasons
@@ -188,25 +188,40 @@ def sweep_public(session: Session, sweep: Sweep, *, with_trials: bool) -> SweepP
     )
 
 
-def trial_rows(
-    session: Session, sweep_id: int, plan: SweepPlan
-) -> list[tuple[SweepTrial, Run, int | None, float | None]]:
-    """Every trial started, by number: its row, its run, and the step and value of the
-    metric's last point (None, None before there is one): the last point the trial logged,
-    or its latest checkpoint's score under `plan.eval_suite`."""
-    if plan.eval_suite is not None:
-        started = session.execute(
+TrialRow = tuple[SweepTrial, Run, int | None, float | None]
+
+
+def started_trials(session: Session, sweep_id: int) -> list[tuple[SweepTrial, Run]]:
+    """Every trial started, by number, with its run."""
+    return [
+        (trial, run)
+        for trial, run in session.execute(
             select(SweepTrial, Run)
             .join(Run, Run.id == SweepTrial.run_id)
             .where(SweepTrial.sweep_id == sweep_id)
             .order_by(SweepTrial.number)
         ).all()
-        scores = eval_points(session, [run.id for _, run in started], plan.eval_suite, plan.metric)
-        last: list[tuple[SweepTrial, Run, int | None, float | None]] = []
-        for trial, run in started:
-            step, value = scores[run.id][-1] if run.id in scores else (None, None)
-            last.append((trial, run, step, value))
-        return last
+    ]
+
+
+def scored_rows(started: list[tuple[SweepTrial, Run]], scores: dict[int, Points]) -> list[TrialRow]:
+    """Each started trial with the step and value of its latest checkpoint's score (None,
+    None before there is one), from `eval_points`."""
+    rows: list[TrialRow] = []
+    for trial, run in started:
+        step, value = scores[run.id][-1] if run.id in scores else (None, None)
+        rows.append((trial, run, step, value))
+    return rows
+
+
+def trial_rows(session: Session, sweep_id: int, plan: SweepPlan) -> list[TrialRow]:
+    """Every trial started, by number: its row, its run, and the step and value of the
+    metric's last point (None, None before there is one): the last point the trial logged,
+    or its latest checkpoint's score under `plan.eval_suite`."""
+    if plan.eval_suite is not None:
+        started = started_trials(session, sweep_id)
+        run_ids = [run.id for _, run in started]
+        return scored_rows(started, eval_points(session, run_ids, plan.eval_suite, plan.metric))
     rows = session.execute(
         select(SweepTrial, Run, MetricSeries.last_step, MetricSeries.last_value)
         .join(Run, Run.id == SweepTrial.run_id)
