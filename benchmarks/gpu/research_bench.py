@@ -251,11 +251,12 @@ def numerics_part(api: CrucibleClient, args: argparse.Namespace, result: dict[st
         last = sorted(losses)[-20:]
         runs[name] = {
             "run_id": run["id"],
+            "loss": {str(step): v for step, v in sorted(losses.items())},
             "final_loss": statistics.fmean(losses[s] for s in last),
             "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),
             "matmul_rel_error_max": {str(step): v for step, v in errors.items()},
         }
-        print(name, runs[name], flush=True)
+        print(name, {k: v for k, v in runs[name].items() if k != "loss"}, flush=True)
         result["numerics"] = {"steps": args.numerics_steps, "runs": runs}
         if "bf16" in runs:
             bf16 = runs["bf16"]["final_loss"]

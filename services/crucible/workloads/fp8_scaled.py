@@ -5,8 +5,10 @@ activations and gradients, 128x128 blocks for weights).
 All six GEMM operands are E4M3: with a scale per row or tile, the range E5M2 buys gradients
 is not needed (DeepSeek-V3 trains so). Scales run along the dimension each GEMM reduces
 over, so the backward pass quantizes x and the gradient again along the other dimension,
-from the high-precision x and w the forward saved (as torchao's rowwise recipe saves them):
-wgrad reduces over the tokens, whose count is padded with zeros to a whole tile. On a Hopper
+from the high-precision x the forward saved (as torchao's rowwise recipe saves it): wgrad
+reduces over the tokens, whose count is padded with zeros to a whole tile. The weight is
+quantized again for dgrad with row scaling; a 128x128 block is a block of the transpose
+too, so block scaling reuses the forward's codes, transposed. On a Hopper
 GPU the GEMMs are `torch._scaled_mm`'s fp8 kernels; elsewhere, with `native=False`, they are
 emulated in float32 (numerics/scaled_matmul.py), for studying the recipe on any device.
 """
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from crucible.workloads.numerics.fp8_scaling import TILE, Granularity, quantize
+from crucible.workloads.numerics.fp8_scaling import TILE, Granularity, ScaledFloat8, quantize
 from crucible.workloads.numerics.scaled_matmul import scaled_matmul
 from crucible.workloads.numerics.telemetry import matmul_relative_error
 
@@ -52,7 +54,7 @@ class _ScaledFloat8Matmul(torch.autograd.Function):
         y = scaled_matmul(x_q, w_q, native=native)
         amaxes = torch.stack([x_q.amax, w_q.amax])
         ctx.mark_non_differentiable(amaxes)
-        ctx.save_for_backward(x, weight, grad_amax)
+        ctx.save_for_backward(x, weight, grad_amax, w_q.data, w_q.scale, w_q.amax)
         ctx.scaling = scaling  # type: ignore[attr-defined]
         ctx.native = native  # type: ignore[attr-defined]
         return y, amaxes
@@ -61,12 +63,17 @@ class _ScaledFloat8Matmul(torch.autograd.Function):
     def backward(
         ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, _: Tensor
     ) -> tuple[Tensor, Tensor, None, None, None]:
-        x, weight, grad_amax = ctx.saved_tensors  # type: ignore[attr-defined]
+        x, weight, grad_amax, w_data, w_scale, w_amax = ctx.saved_tensors  # type: ignore[attr-defined]
         scaling: Scaling = ctx.scaling  # type: ignore[attr-defined]
         native: bool = ctx.native  # type: ignore[attr-defined]
         activation, weights = _granularities(scaling)
         g_q = quantize(grad_out, activation)
-        grad_x = scaled_matmul(g_q, quantize(weight.t(), weights), native=native)
+        if weights == "block":
+            # A 128x128 block is a block of the transpose too: the forward's codes serve.
+            w_t = ScaledFloat8(w_data, w_scale, weights, w_amax).transpose()
+        else:
+            w_t = quantize(weight.t(), weights)
+        grad_x = scaled_matmul(g_q, w_t, native=native)
         # wgrad reduces over the tokens; zero tokens added to fill the last tile change no
         # tile's amax and add nothing to the product.
         pad = -x.shape[0] % _token_multiple(scaling)

@@ -72,6 +72,21 @@ def test_each_granularity_is_bitwise_the_references_encoding(granularity: Granul
     assert per_element.expand_as(x).flatten().tolist() == scales
 
 
+@pytest.mark.parametrize("granularity", ["tensor", "block"])
+def test_a_transposed_operand_is_bitwise_the_quantized_transpose(granularity: Granularity) -> None:
+    x = wide_range(2 * TILE, 3 * TILE, seed=4)
+    transposed = quantize(x, granularity).transpose()
+    direct = quantize(x.t(), granularity)
+    assert torch.equal(transposed.data.view(torch.uint8), direct.data.view(torch.uint8))
+    assert torch.equal(transposed.scale, direct.scale)
+    assert transposed.data.is_contiguous()
+
+
+def test_a_tile_scaled_operand_cannot_be_transposed() -> None:
+    with pytest.raises(ValueError, match="tile-scaled operand changes groups"):
+        quantize(torch.ones(TILE, TILE), "tile").transpose()
+
+
 def test_a_zero_tile_gets_a_finite_scale_and_zero_codes() -> None:
     x = wide_range(TILE, 2 * TILE, seed=1)
     q = quantize(x, "tile")

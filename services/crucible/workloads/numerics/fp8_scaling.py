@@ -44,6 +44,15 @@ class ScaledFloat8:
         """The factors that turn codes back into values: what a scaled GEMM multiplies by."""
         return self.scale.reciprocal()
 
+    def transpose(self) -> "ScaledFloat8":
+        """The transposed operand, for a scaling whose groups a transpose maps onto groups
+        ("tensor", "block"): the same codes and scales as quantizing the transpose, without
+        reading the high-precision values again."""
+        if self.granularity not in ("tensor", "block"):
+            raise ValueError(f"a {self.granularity}-scaled operand changes groups when transposed")
+        scale = self.scale.t().contiguous() if self.granularity == "block" else self.scale
+        return ScaledFloat8(self.data.t().contiguous(), scale, self.granularity, self.amax)
+
     def dequantize(self) -> Tensor:
         """The float32 values the codes stand for, as a scaled GEMM reads them."""
         return self.data.float() * _per_element(self.scale_inv, self.granularity, self.data.shape)

@@ -1,0 +1,72 @@
+"""Issue 28's precision study from `research_bench.py --parts numerics` results: a table of
+each precision's final loss, its gap to bf16's and its tokens/s against bf16's, and a plot
+of the loss curves (with matplotlib, where it is installed).
+
+    python3 benchmarks/gpu/summarize_numerics.py RESEARCH_JSON [--plot numerics_loss.png]
+
+Prints the table as Markdown, for docs/workloads.md. Emulated precisions (mxfp8, nvfp4) get
+no speed column: their tokens/s measure the emulation, not the format.
+"""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+EMULATED = ("mxfp8", "nvfp4")
+
+
+def table(runs: dict[str, dict[str, Any]]) -> str:
+    """Markdown rows, bf16 first, each with its gap and speed against bf16's."""
+    if "bf16" not in runs:
+        raise SystemExit("the results hold no bf16 run to compare with")
+    bf16 = runs["bf16"]
+    lines = [
+        "| precision | final loss | vs bf16 | tokens/s | vs bf16 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, run in sorted(runs.items(), key=lambda item: item[0] != "bf16"):
+        gap = run["final_loss"] / bf16["final_loss"] - 1
+        rate = run.get("tokens_per_s")
+        emulated = name in EMULATED
+        speed = "emulated" if emulated or rate is None else f"{rate:,.0f}"
+        ratio = (
+            "-"
+            if emulated or rate is None or not bf16.get("tokens_per_s")
+            else f"{rate / bf16['tokens_per_s']:.2f}x"
+        )
+        lines.append(f"| {name} | {run['final_loss']:.4f} | {gap:+.2%} | {speed} | {ratio} |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for name, run in runs.items():
+        steps = [int(s) for s in run["loss"]]
+        axes.plot(steps, list(run["loss"].values()), label=name, linewidth=1)
+    axes.set_xlabel("step")
+    axes.set_ylabel("training loss")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args()
+    study = json.loads(args.results.read_text())["numerics"]
+    print(f"{study['steps']} steps a run\n")
+    print(table(study["runs"]))
+    if args.plot is not None:
+        plot(study["runs"], args.plot)
+
+
+if __name__ == "__main__":
+    main()

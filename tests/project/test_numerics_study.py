@@ -1,0 +1,39 @@
+"""benchmarks/gpu/summarize_numerics.py: the precision study's table, as docs quote it, from
+the recorded GPU results."""
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks/results/gpu/raw/numerics/research_numerics_h100.json"
+
+
+def _summarize() -> ModuleType:
+    path = REPO / "benchmarks/gpu/summarize_numerics.py"
+    spec = importlib.util.spec_from_file_location("summarize_numerics", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_table_puts_bf16_first_and_each_precisions_gap_and_speed_against_it() -> None:
+    runs = json.loads(RESULTS.read_text())["numerics"]["runs"]
+    rows = _summarize().table(runs).splitlines()
+    assert rows[2] == "| bf16 | 2.6736 | +0.00% | 377,733 | 1.00x |"
+    assert rows[3] == "| fp8-block | 5.7869 | +116.45% | 274,196 | 0.73x |"
+
+
+def test_an_emulated_precision_gets_no_speed_and_a_study_without_bf16_is_refused() -> None:
+    summarize = _summarize()
+    runs = {
+        "bf16": {"final_loss": 2.0, "tokens_per_s": 100.0},
+        "nvfp4": {"final_loss": 2.02, "tokens_per_s": 5.0},
+    }
+    assert summarize.table(runs).splitlines()[-1] == "| nvfp4 | 2.0200 | +1.00% | emulated | - |"
+    with pytest.raises(SystemExit, match="no bf16 run"):
+        summarize.table({"nvfp4": runs["nvfp4"]})
