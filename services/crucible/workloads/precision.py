@@ -126,7 +126,7 @@ def worst_shares(stats: dict[str, float]) -> dict[str, float]:
 
 
 def precision_state(config: TrainConfig, model: nn.Module) -> dict[str, Any]:
-    """What a checkpoint keeps of the precision: nvfp4's stochastic-rounding streams."""
+    """What a checkpoint keeps of the precision: each emulated layer's rounding counter."""
     return {"rounding": rounding_states(model)} if config.precision in EMULATED else {}
 
 

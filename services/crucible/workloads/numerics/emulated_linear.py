@@ -29,6 +29,7 @@ from crucible.workloads.numerics.telemetry import (
 )
 
 Format = Literal["mxfp8", "nvfp4"]
+COUNTER_BUFFER = "rounding_counter"
 RECIPES: dict[str, type[MXFP8Recipe] | type[NVFP4Recipe]] = {
     "mxfp8": MXFP8Recipe,
     "nvfp4": NVFP4Recipe,
@@ -48,32 +49,33 @@ class _EmulatedMatmul(torch.autograd.Function):
         x: Tensor,
         weight: Tensor,
         shares: Tensor,
+        counter: Tensor,
         quantize: OperandQuantizer,
     ) -> Tensor:
-        x_q, x_shares = quantize("input", x)
-        w_q, w_shares = quantize("weight", weight)
+        x_q, x_shares = quantize("input", x, counter)
+        w_q, w_shares = quantize("weight", weight, counter)
         with _float32_matmuls(x):
             y = x_q @ w_q.t()
         _record(shares, ("input", x_shares), ("weight", w_shares))
-        ctx.save_for_backward(x, weight, shares)
+        ctx.save_for_backward(x, weight, shares, counter)
         ctx.quantize = quantize  # type: ignore[attr-defined]
         return y.to(x.dtype)
 
     @staticmethod
     def backward(
         ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor
-    ) -> tuple[Tensor, Tensor, None, None]:
-        x, weight, shares = ctx.saved_tensors  # type: ignore[attr-defined]
+    ) -> tuple[Tensor, Tensor, None, None, None]:
+        x, weight, shares, counter = ctx.saved_tensors  # type: ignore[attr-defined]
         quantize: OperandQuantizer = ctx.quantize  # type: ignore[attr-defined]
-        g_q, g_shares = quantize("grad_output", grad_out)
-        wt_q, wt_shares = quantize("weight_t", weight.t())
+        g_q, g_shares = quantize("grad_output", grad_out, counter)
+        wt_q, wt_shares = quantize("weight_t", weight.t(), counter)
         # wgrad reduces over the tokens, so its operands are quantized along them; a token
         # count that is not a multiple of the block is padded with zeros, which change no
         # block's amax and add nothing to the product.
         block = quantize.recipe.block_size
         pad = -x.shape[0] % block
-        gt_q, gt_shares = quantize("grad_output_t", F.pad(grad_out.t(), (0, pad)))
-        xt_q, xt_shares = quantize("input_t", F.pad(x.t(), (0, pad)))
+        gt_q, gt_shares = quantize("grad_output_t", F.pad(grad_out.t(), (0, pad)), counter)
+        xt_q, xt_shares = quantize("input_t", F.pad(x.t(), (0, pad)), counter)
         with _float32_matmuls(x):
             grad_x = g_q @ wt_q.t()
             grad_w = gt_q @ xt_q.t()
@@ -84,7 +86,7 @@ class _EmulatedMatmul(torch.autograd.Function):
             ("grad_output_t", gt_shares),
             ("input_t", xt_shares),
         )
-        return grad_x.to(x.dtype), grad_w.to(weight.dtype), None, None
+        return grad_x.to(x.dtype), grad_w.to(weight.dtype), None, None, None
 
 
 def _float32_matmuls(x: Tensor) -> torch.autocast:
@@ -127,6 +129,13 @@ class EmulatedLinear(nn.Linear):
         self.register_buffer(
             ERROR_BUFFER, torch.zeros((), device=self.weight.device), persistent=False
         )
+        # Which draws of its stochastic-rounding streams the last call took: one step on per
+        # call, so a resumed run that sets it back rounds on as the run that saved it.
+        self.register_buffer(
+            COUNTER_BUFFER,
+            torch.zeros((), dtype=torch.int64, device=self.weight.device),
+            persistent=False,
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_autocast_enabled(x.device.type):
@@ -134,7 +143,12 @@ class EmulatedLinear(nn.Linear):
             x = x.to(torch.get_autocast_dtype(x.device.type))
         leading = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
-        y = _EmulatedMatmul.apply(flat, self.weight, self.get_buffer(SHARES_BUFFER), self.quantize)
+        # Counted before the call: compiled graphs may hand the backward the buffer itself
+        # rather than a copy, so nothing may change it between this call and its backward.
+        counter = self.get_buffer(COUNTER_BUFFER).add_(1)
+        y = _EmulatedMatmul.apply(
+            flat, self.weight, self.get_buffer(SHARES_BUFFER), counter.clone(), self.quantize
+        )
         if self.sample_error:
             with torch.no_grad():
                 error = matmul_relative_error(y, flat, self.weight)
@@ -189,23 +203,28 @@ def convert_to_emulated(
     return swapped
 
 
-def rounding_states(model: nn.Module) -> dict[str, dict[str, list[int]]]:
-    """Every EmulatedLinear's stochastic-rounding streams, by module name (the trainer's
+def rounding_states(model: nn.Module) -> dict[str, int]:
+    """Every EmulatedLinear's stochastic-rounding counter, by module name (the trainer's
     checkpoint keeps them beside the other RNGs)."""
     return {
-        name: module.quantize.rounding_state()
+        name: int(module.get_buffer(COUNTER_BUFFER))
         for name, module in model.named_modules()
         if isinstance(module, EmulatedLinear)
     }
 
 
-def load_rounding_states(model: nn.Module, states: dict[str, dict[str, list[int]]]) -> None:
+def load_rounding_states(model: nn.Module, states: dict[str, int]) -> None:
     modules = dict(model.named_modules())
     for name, state in states.items():
         module = modules.get(name)
         if not isinstance(module, EmulatedLinear):
             raise ValueError(f"the checkpoint's rounding state names {name!r}, no emulated layer")
-        module.quantize.load_rounding_state(state)
+        if not isinstance(state, int):
+            raise ValueError(
+                f"the checkpoint's rounding state of {name!r} is a generator's, from a build "
+                "before counter-based rounding: resume it with that build, or start afresh"
+            )
+        module.get_buffer(COUNTER_BUFFER).fill_(state)
 
 
 def _check_features(in_features: int, out_features: int, recipe: Recipe) -> None:

@@ -19,8 +19,9 @@ below about 2**-10 / 448 of the tensor's) dequantizes to zero, whatever its elem
 
 Options:
 - `stochastic`: round each element up or down to its two neighbours with probability
-  proportional to the distance, from uniform draws of `generator`, so the rounding is
-  unbiased (NVIDIA's recipe uses it for gradients only).
+  proportional to the distance, from the given uniform draws (the emulated layers take them
+  from counter_rng.py) or those of `generator`, so the rounding is unbiased (NVIDIA's recipe
+  uses it for gradients only).
 - `two_d_blocks`: one scale per 16x16 tile of a 2-D tensor instead of per 1x16 row segment, so
   the weight quantizes to the same values whether a GEMM reads it by rows or by columns.
 
@@ -76,13 +77,14 @@ def quantize_nvfp4(
     *,
     stochastic: bool = False,
     generator: torch.Generator | None = None,
+    uniform: Tensor | None = None,
     two_d_blocks: bool = False,
 ) -> NVFP4Tensor:
     """x in NVFP4 along its last dimension.
 
-    With `stochastic`, the uniform draws are exactly `torch.rand(x.shape, generator=generator,
-    device=x.device)`, one per element in row-major order, so a caller holding a generator in
-    the same state can reproduce them.
+    With `stochastic`, the uniform draws are `uniform` (x's shape, in [0, 1)) where given, else
+    exactly `torch.rand(x.shape, generator=generator, device=x.device)`, one per element in
+    row-major order, so a caller holding a generator in the same state can reproduce them.
     """
     _check_shape(x, two_d_blocks)
     x = x.float()
@@ -105,7 +107,8 @@ def quantize_nvfp4(
     saturated = (scaled.abs() > E2M1_MAX) & scale_nonzero & finite
     clamped = scaled.clamp(-E2M1_MAX, E2M1_MAX)
     if stochastic:
-        uniform = torch.rand(x.shape, generator=generator, device=x.device)
+        if uniform is None:
+            uniform = torch.rand(x.shape, generator=generator, device=x.device)
         codes = _e2m1_codes_stochastic(clamped, uniform)
     else:
         codes = _e2m1_codes_nearest_even(clamped)
@@ -125,11 +128,12 @@ def fake_quantize_nvfp4(
     *,
     stochastic: bool = False,
     generator: torch.Generator | None = None,
+    uniform: Tensor | None = None,
     two_d_blocks: bool = False,
 ) -> Tensor:
     """x rounded through NVFP4 and back to float32."""
     return quantize_nvfp4(
-        x, stochastic=stochastic, generator=generator, two_d_blocks=two_d_blocks
+        x, stochastic=stochastic, generator=generator, uniform=uniform, two_d_blocks=two_d_blocks
     ).dequantize()
 
 

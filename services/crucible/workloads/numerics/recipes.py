@@ -22,10 +22,9 @@ The paper also keeps some layers (mostly the last ones) in high precision; which
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from crucible.workloads.numerics import mxfp8, nvfp4
+from crucible.workloads.numerics import counter_rng, mxfp8, nvfp4
 from crucible.workloads.numerics.hadamard import apply_hadamard, random_hadamard
 from crucible.workloads.numerics.telemetry import operand_stats
 
@@ -71,19 +70,20 @@ class OperandQuantizer:
 
     def __init__(self, recipe: Recipe, *, layer_seed: int = 0) -> None:
         self.recipe = recipe
-        # One stream per layer: layers drawing from one shared stream would make each
-        # layer's rounding depend on how many layers ran before it.
+        # One stream per layer and operand: layers sharing a stream would make each layer's
+        # rounding depend on how many layers ran before it.
         recipe_seed = recipe.seed if isinstance(recipe, NVFP4Recipe) else 0
         self._rounding_seed = recipe_seed * 1_000_003 + layer_seed
-        self._generators: dict[torch.device, torch.Generator] = {}
         rotates = isinstance(recipe, NVFP4Recipe) and recipe.hadamard
         self._hadamard = random_hadamard(recipe_seed) if rotates else None
 
-    def __call__(self, operand: str, t: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, operand: str, t: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
         """(t through the format and back as float32, its telemetry.STATS).
 
         `t` is laid out with the GEMM's reduction dimension last. The wgrad operands come back
         Hadamard-transformed when the recipe says so; the transform cancels in their product.
+        Stochastic rounding draws number `counter` (an int64 tensor) of this layer's stream
+        for the operand (counter_rng.py).
         """
         t = t.float()
         quantized: mxfp8.MXFP8Tensor | nvfp4.NVFP4Tensor
@@ -101,24 +101,12 @@ class OperandQuantizer:
             quantized = nvfp4.quantize_nvfp4(
                 t,
                 stochastic=stochastic,
-                generator=self._generator(t.device) if stochastic else None,
+                uniform=self._draws(operand, t, counter) if stochastic else None,
                 two_d_blocks=self.recipe.weight_2d_blocks and operand in ("weight", "weight_t"),
             )
         dequantized = quantized.dequantize()
         return dequantized, operand_stats(t, quantized, dequantized)
 
-    def rounding_state(self) -> dict[str, list[int]]:
-        """Each device's stochastic-rounding stream as it stands, for a checkpoint: a run
-        resumed from it rounds on exactly as the run that saved it would have."""
-        return {str(device): g.get_state().tolist() for device, g in self._generators.items()}
-
-    def load_rounding_state(self, state: dict[str, list[int]]) -> None:
-        for device, values in state.items():
-            generator = self._generator(torch.device(device))
-            generator.set_state(torch.tensor(values, dtype=torch.uint8))
-
-    def _generator(self, device: torch.device) -> torch.Generator:
-        if device not in self._generators:
-            generator = torch.Generator(device=device)
-            self._generators[device] = generator.manual_seed(self._rounding_seed)
-        return self._generators[device]
+    def _draws(self, operand: str, t: Tensor, counter: Tensor) -> Tensor:
+        stream = self._rounding_seed * len(GRADIENT_OPERANDS) + GRADIENT_OPERANDS.index(operand)
+        return counter_rng.uniform(t.shape, counter_rng.stream_key(stream, counter.to(t.device)))
