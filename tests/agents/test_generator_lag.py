@@ -1,6 +1,6 @@
 """A generator that falls behind the others, and one that stops answering
 (`agents/generator_pool.py`): the first is slowed for real (its process stopped and
-continued by signals, three quarters of the time), the second stopped for good. The slow one
+continued by signals, nine tenths of the time), the second stopped for good. The slow one
 is noted with its rate and gets a smaller share; the silent one is dropped after
 `generator_timeout_s` and its share played by the other; either way every episode is the one
 a single generator plays. The run fails only when no generator is left."""
@@ -38,8 +38,12 @@ def test_shares_follow_the_weights_and_each_keeps_a_group() -> None:
 
 
 @contextmanager
-def slowed(pid: int, *, stopped_s: float = 0.06, running_s: float = 0.02) -> Iterator[None]:
-    """Process `pid` stopped (SIGSTOP) `stopped_s` of every `stopped_s + running_s`."""
+def slowed(pid: int, *, stopped_s: float = 0.09, running_s: float = 0.01) -> Iterator[None]:
+    """Process `pid` stopped (SIGSTOP) `stopped_s` of every `stopped_s + running_s`.
+
+    Nine tenths: on a loaded machine (CI runs the cluster tests beside these) the other
+    generator gets only part of a core too, and stopping this one three quarters of the time
+    left it above half the other's rate, not behind."""
     done = threading.Event()
 
     def cycle() -> None:
