@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from crucible.workloads.linear_swap import swap_linears
 from crucible.workloads.numerics.telemetry import matmul_relative_error
 
 E4M3 = torch.float8_e4m3fn
@@ -183,19 +184,12 @@ def convert_to_float8(model: nn.Module, *, skip: tuple[str, ...] = ("lm_head",))
             f"precision 'fp8' needs a CUDA GPU with fp8 tensor cores (compute capability 8.9+, "
             f"e.g. H100/H200); the model is on {where}: use precision 'bf16' here"
         )
-    swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or name in skip:
-                continue
-            _check_shape(child)
-            fp8 = Float8Linear(child.in_features, child.out_features, bias=child.bias is not None)
-            fp8.to(child.weight.device)
-            fp8.weight = child.weight
-            fp8.bias = child.bias
-            setattr(parent, name, fp8)
-            swapped += 1
-    return swapped
+
+    def make(child: nn.Linear, _: int) -> nn.Linear:
+        _check_shape(child)
+        return Float8Linear(child.in_features, child.out_features, bias=child.bias is not None)
+
+    return swap_linears(model, make, skip=skip)
 
 
 def _check_shape(linear: nn.Linear) -> None:

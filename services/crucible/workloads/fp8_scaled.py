@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from crucible.workloads.linear_swap import swap_linears
 from crucible.workloads.numerics.fp8_scaling import TILE, Granularity, ScaledFloat8, quantize
 from crucible.workloads.numerics.scaled_matmul import scaled_matmul
 from crucible.workloads.numerics.telemetry import matmul_relative_error
@@ -170,24 +171,17 @@ def convert_to_scaled_float8(
     returns how many were swapped."""
     if scaling not in OPERAND_GRANULARITY:
         raise ValueError(f"fp8 scaling {scaling!r}: use one of {sorted(OPERAND_GRANULARITY)}")
-    swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or name in skip:
-                continue
-            layer = ScaledFloat8Linear(
-                child.in_features,
-                child.out_features,
-                bias=child.bias is not None,
-                scaling=scaling,
-                native=native,
-            )
-            layer.to(child.weight.device)
-            layer.weight = child.weight
-            layer.bias = child.bias
-            setattr(parent, name, layer)
-            swapped += 1
-    return swapped
+    return swap_linears(
+        model,
+        lambda child, _: ScaledFloat8Linear(
+            child.in_features,
+            child.out_features,
+            bias=child.bias is not None,
+            scaling=scaling,
+            native=native,
+        ),
+        skip=skip,
+    )
 
 
 def scaled_float8_layers(model: nn.Module) -> Iterator[tuple[str, ScaledFloat8Linear]]:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from crucible.workloads.linear_swap import swap_linears
 from crucible.workloads.numerics.recipes import (
     MXFP8Recipe,
     NVFP4Recipe,
@@ -183,24 +184,17 @@ def convert_to_emulated(
         raise TypeError(
             f"format {fmt!r} takes a {RECIPES[fmt].__name__}; got {type(recipe).__name__}"
         )
-    swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or name in skip:
-                continue
-            layer = EmulatedLinear(
-                child.in_features,
-                child.out_features,
-                bias=child.bias is not None,
-                recipe=recipe,
-                layer_seed=swapped,
-            )
-            layer.to(child.weight.device)
-            layer.weight = child.weight
-            layer.bias = child.bias
-            setattr(parent, name, layer)
-            swapped += 1
-    return swapped
+    return swap_linears(
+        model,
+        lambda child, number: EmulatedLinear(
+            child.in_features,
+            child.out_features,
+            bias=child.bias is not None,
+            recipe=recipe,
+            layer_seed=number,
+        ),
+        skip=skip,
+    )
 
 
 def rounding_states(model: nn.Module) -> dict[str, int]:
