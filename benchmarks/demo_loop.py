@@ -83,7 +83,7 @@ def checkpoint_scores(api: CrucibleClient, run_id: int) -> dict[str, dict[str, f
     }
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
@@ -130,7 +130,7 @@ def main() -> None:
             "torch": torch.__version__,
             # The CPU's kernels: the same seeds give other losses on another instruction set
             # (ATEN_CPU_CAPABILITY forces one), so a figure is comparable only on the same.
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "load_average_at_start": [round(x, 2) for x in load_start],
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import torch
 import yaml
-from benchmarks.demo_loop import _cpu_model, free_port, start_up
+from benchmarks.demo_loop import cpu_model, free_port, start_up
 
 from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
@@ -160,7 +160,7 @@ def main() -> None:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
             "cores": os.cpu_count(),
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "torch": torch.__version__,
             "load_average_at_start": [round(x, 2) for x in load_start],
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

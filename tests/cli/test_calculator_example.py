@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks.calculator_example_figures import played_digests, recorded, rewards_recorded_here
+from benchmarks.demo_loop import cpu_model
 
 from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
@@ -69,6 +71,7 @@ def test_the_calculator_example_learns_the_tool_and_resumes_exactly(tmp_path: Pa
                 server.log.read_text()[-3000:],
             )
             check_learning_and_resume(api, runs)
+            check_the_recorded_rounds(api, runs, server.home)
             check_lineage(api, runs)
 
 
@@ -110,6 +113,21 @@ def check_learning_and_resume(api: CrucibleClient, runs: dict[str, Any]) -> None
     assert set(range(EVERY, ROUNDS + 1, EVERY)) <= set(scores), scores
     first, last = scores[EVERY], scores[ROUNDS]
     assert last["tool_calls_per_episode"] > first["tool_calls_per_episode"], scores
+
+
+def check_the_recorded_rounds(api: CrucibleClient, runs: dict[str, Any], home: Path) -> None:
+    """The rounds benchmarks/results/calculator_example.json recorded: the same episodes
+    (indexes, seeds, tasks), and where a run on this CPU model was recorded, the same
+    rewards. The real-node test holds its pods to the same figures, so a change that moves
+    them fails here first, where recording them again is one command."""
+    rl = runs["calculator-rl"].id
+    trajectories = home / "runs" / str(rl) / "outputs" / "trajectories"
+    assert played_digests(trajectories) == recorded()["played"]
+    expected = rewards_recorded_here()
+    if expected is not None:
+        reward = series(api, rl, "reward")
+        curve = [reward[r] for r in sorted(reward)]
+        assert curve == pytest.approx(expected, abs=2 / EPISODES + 1e-4), cpu_model()
 
 
 def check_lineage(api: CrucibleClient, runs: dict[str, Any]) -> None:
