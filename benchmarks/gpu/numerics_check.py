@@ -4,13 +4,18 @@ where the suite checks them against the scalar references, and what emulation co
     python3 benchmarks/gpu/numerics_check.py --out numerics_check.json
 
 1. Bits: MXFP8 (e4m3 and e5m2 elements, floor and ceil scales) and NVFP4 (1x16 and 16x16
-   blocks, round to nearest even) of the same data quantized on the CPU and on the GPU, on
-   normal, heavy-tailed (Student t, 2 degrees of freedom) and wide-range data with zeros;
-   every element code, block scale, tensor scale and saturation flag compared. Stochastic
-   rounding is left out: its draws come from each device's own generator.
-2. Cost: a 124M GPT training step (bf16 autocast, AdamW, random tokens) with its Linear
+   blocks, round to nearest even, and stochastic rounding from counter_rng's draws, made on
+   each device) of the same data quantized on the CPU and on the GPU, on normal,
+   heavy-tailed (Student t, 2 degrees of freedom) and wide-range data with zeros; every
+   element code, block scale, tensor scale and saturation flag compared.
+2. GEMM: `block_scaled_gemm` of the same quantized operands on the GPU (bf16 tensor cores,
+   float32 output) and on the CPU (float32), each against the float64 product of the
+   operands' values: the largest error relative to the float64 sum of absolute products
+   (float32 accumulation of n terms is bound by about n * 2**-24 of it).
+3. Cost: a 124M GPT training step (bf16 autocast, AdamW, random tokens) with its Linear
    layers plain, emulated MXFP8 and emulated NVFP4, `--steps` timed steps after `--warmup`,
-   alternated `--repeats` times: the median step of each, and the ratio to plain.
+   alternated `--repeats` times, eager and (with `--compile`) compiled too: the median step
+   of each, and the ratio to plain.
 """
 
 import argparse
@@ -23,9 +28,11 @@ from common import write_result
 
 from crucible.workloads.config import model_preset
 from crucible.workloads.model import build_model
-from crucible.workloads.numerics.emulated_linear import convert_to_emulated
+from crucible.workloads.numerics import counter_rng
+from crucible.workloads.numerics.emulated_linear import block_scaled_gemm, convert_to_emulated
 from crucible.workloads.numerics.mxfp8 import quantize_mxfp8
 from crucible.workloads.numerics.nvfp4 import quantize_nvfp4
+from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
 
 
 def samples(seed: int) -> dict[str, torch.Tensor]:
@@ -63,14 +70,63 @@ def bits_check() -> list[dict[str, Any]]:
             equal = all(same(getattr(cpu4, f), getattr(gpu4, f)) for f in fields)
             blocks = "16x16" if two_d else "1x16"
             rows.append({"format": f"nvfp4-{blocks}", "data": name, "equal": equal})
+        quantized = [
+            quantize_nvfp4(data, stochastic=True, uniform=stochastic_draws(data))
+            for data in (x, x.cuda())
+        ]
+        fields = ("codes", "block_scales", "tensor_scale", "saturated")
+        equal = all(same(getattr(quantized[0], f), getattr(quantized[1], f)) for f in fields)
+        rows.append({"format": "nvfp4-1x16-stochastic", "data": name, "equal": equal})
     return rows
 
 
-def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int) -> float:
+def stochastic_draws(x: torch.Tensor) -> torch.Tensor:
+    """counter_rng's draws for x, made on x's device from the same stream and counter."""
+    key = counter_rng.stream_key(7, torch.tensor(3, dtype=torch.int64, device=x.device))
+    return counter_rng.uniform(x.shape, key)
+
+
+def gemm_check() -> list[dict[str, Any]]:
+    rows = []
+    counter = torch.tensor(1, dtype=torch.int64)
+    for name, x in samples(1).items():
+        w = samples(2)[name][:128]
+        for fmt, quantize in (
+            ("mxfp8", OperandQuantizer(MXFP8Recipe())),
+            ("nvfp4", OperandQuantizer(NVFP4Recipe(stochastic_rounding=False))),
+        ):
+            a, b = quantize("input", x, counter), quantize("weight", w, counter)
+            exact = a.values.double() @ b.values.double().t()
+            if a.tensor_scale is not None and b.tensor_scale is not None:
+                exact = exact * (a.tensor_scale.double() * b.tensor_scale.double())
+            bound = (a.values.double().abs() @ b.values.double().abs().t()).clamp(min=1e-300)
+            if a.tensor_scale is not None and b.tensor_scale is not None:
+                bound = bound * (a.tensor_scale.double() * b.tensor_scale.double())
+            on_gpu = type(a)(*(t.cuda() if t is not None else None for t in a))
+            w_gpu = type(b)(*(t.cuda() if t is not None else None for t in b))
+            for device, product in (
+                ("cpu", block_scaled_gemm(a, b)),
+                ("cuda", block_scaled_gemm(on_gpu, w_gpu).cpu()),
+            ):
+                worst = ((product.double() - exact).abs() / bound).max().item()
+                rows.append(
+                    {
+                        "format": fmt,
+                        "data": name,
+                        "device": device,
+                        "worst_error_of_abs_sum": worst,
+                        "float32_bound": x.shape[1] * 2.0**-24,
+                    }
+                )
+    return rows
+
+
+def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int, compiled: bool) -> float:
     torch.manual_seed(0)
     model = build_model(model_preset("124M"), device="cuda")
     if fmt is not None:
         convert_to_emulated(model, fmt)  # type: ignore[arg-type]
+    forward = torch.compile(model) if compiled else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, 50304, (batch, 1025), device="cuda")
     times = []
@@ -78,7 +134,7 @@ def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int) -> float:
         torch.cuda.synchronize()
         started = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(tokens[:, :-1])
+            logits = forward(tokens[:, :-1])
         loss = torch.nn.functional.cross_entropy(
             logits.float().flatten(0, 1), tokens[:, 1:].flatten()
         )
@@ -98,16 +154,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", default="numerics_check.json")
+    parser.add_argument("--compile", action="store_true", help="time compiled steps too")
     args = parser.parse_args()
 
     bits = bits_check()
     print("bits equal on CPU and CUDA:", all(r["equal"] for r in bits), flush=True)
-    step_s: dict[str, list[float]] = {"bf16": [], "mxfp8": [], "nvfp4": []}
+    gemms = gemm_check()
+    for row in gemms:
+        print(row, flush=True)
+    modes = ("eager", "compiled") if args.compile else ("eager",)
+    step_s: dict[str, list[float]] = {
+        f"{fmt}-{mode}": [] for mode in modes for fmt in ("bf16", "mxfp8", "nvfp4")
+    }
     for _ in range(args.repeats):
         for name in step_s:
-            fmt = None if name == "bf16" else name
-            step_s[name].append(timed_steps(fmt, args.steps, args.warmup, args.batch))
-            print(name, round(step_s[name][-1] * 1000, 2), "ms", flush=True)
+            fmt, mode = name.split("-")
+            seconds = timed_steps(
+                None if fmt == "bf16" else fmt,
+                args.steps,
+                args.warmup,
+                args.batch,
+                mode == "compiled",
+            )
+            step_s[name].append(seconds)
+            print(name, round(seconds * 1000, 2), "ms", flush=True)
     medians = {k: statistics.median(v) for k, v in step_s.items()}
     write_result(
         args.out,
@@ -116,10 +186,13 @@ def main() -> None:
             "config": vars(args),
             "bits": bits,
             "all_bits_equal": all(r["equal"] for r in bits),
+            "gemm": gemms,
             "step_s": step_s,
             "median_step_s": medians,
             "emulation_slowdown": {
-                k: round(medians[k] / medians["bf16"], 2) for k in ("mxfp8", "nvfp4")
+                f"{fmt}-{mode}": round(medians[f"{fmt}-{mode}"] / medians[f"bf16-{mode}"], 2)
+                for mode in modes
+                for fmt in ("mxfp8", "nvfp4")
             },
         },
     )

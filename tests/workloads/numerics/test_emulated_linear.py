@@ -10,8 +10,8 @@ from crucible.workloads.config import model_preset
 from crucible.workloads.model import build_model
 from crucible.workloads.numerics.emulated_linear import EmulatedLinear, convert_to_emulated
 from crucible.workloads.numerics.mxfp8 import fake_quantize_mxfp8
-from crucible.workloads.numerics.nvfp4 import fake_quantize_nvfp4
-from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe
+from crucible.workloads.numerics.nvfp4 import quantize_nvfp4
+from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
 from crucible.workloads.numerics.telemetry import OPERANDS, STATS, numerics_stats
 
 RECIPES = {
@@ -43,7 +43,7 @@ def _rel(a, b) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def test_the_forward_pass_is_exactly_the_matmul_of_the_rounded_operands() -> None:
+def test_the_forward_pass_is_exactly_the_block_scaled_matmul_of_the_rounded_operands() -> None:
     _, mx = _pair(MXFP8Recipe(scale_rounding="floor"))
     _, nv = _pair(NVFP4Recipe())
     x = torch.randn(3, 32, 64)
@@ -53,8 +53,27 @@ def test_the_forward_pass_is_exactly_the_matmul_of_the_rounded_operands() -> Non
         @ fake_quantize_mxfp8(mx.weight, scale_rounding="floor").t()
     )
     assert torch.equal(mx(x), (want_mx + mx.bias).reshape(3, 32, 32))
-    want_nv = fake_quantize_nvfp4(flat) @ fake_quantize_nvfp4(nv.weight, two_d_blocks=True).t()
+    # NVFP4's tensor scales multiply the product, as the kernels' epilogue applies them:
+    # within float32 rounding of multiplying the fully dequantized operands.
+    x_nv, w_nv = quantize_nvfp4(flat), quantize_nvfp4(nv.weight.detach(), two_d_blocks=True)
+    product = x_nv.block_values() @ w_nv.block_values().t()
+    want_nv = product * (x_nv.tensor_scale * w_nv.tensor_scale)
     assert torch.equal(nv(x), (want_nv + nv.bias).reshape(3, 32, 32))
+    dequantized = x_nv.dequantize() @ w_nv.dequantize().t()
+    torch.testing.assert_close(want_nv, dequantized, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_operands_values_are_exact_in_bf16(name) -> None:
+    """What lets a GPU multiply them on bf16 tensor cores (`block_scaled_gemm`): every
+    operand of the three GEMMs, on data spanning 2**-100 to 2**100, survives bf16."""
+    quantize = OperandQuantizer(RECIPES[name])
+    torch.manual_seed(0)
+    wide = torch.randn(64, 64) * torch.exp2(torch.randint(-100, 100, (64, 64)).float())
+    counter = torch.tensor(1)
+    for operand in OPERANDS:
+        quantized = quantize(operand, wide, counter)
+        assert torch.equal(quantized.values.bfloat16().float(), quantized.values), operand
 
 
 @pytest.mark.parametrize("name", RECIPES)

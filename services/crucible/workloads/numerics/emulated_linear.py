@@ -1,5 +1,7 @@
 """Linear layers whose GEMMs see MXFP8 or NVFP4 numerics, emulated: every operand is rounded
-through the format and back, and the matmuls run in float32 on the rounded values.
+through the format and back, and each GEMM computes what a block-scaled kernel computes from
+the rounded operands: the elements times their block scales, multiplied with float32
+accumulation, then NVFP4's two tensor scales applied to the product (`block_scaled_gemm`).
 
 This is for studying a recipe's numerics on any device, CPU included, not for speed: the
 rounding matches the formats bit for bit (tests/workloads/numerics check it against the
@@ -19,6 +21,7 @@ from crucible.workloads.numerics.recipes import (
     MXFP8Recipe,
     NVFP4Recipe,
     OperandQuantizer,
+    QuantizedOperand,
     Recipe,
 )
 from crucible.workloads.numerics.telemetry import (
@@ -53,11 +56,10 @@ class _EmulatedMatmul(torch.autograd.Function):
         counter: Tensor,
         quantize: OperandQuantizer,
     ) -> Tensor:
-        x_q, x_shares = quantize("input", x, counter)
-        w_q, w_shares = quantize("weight", weight, counter)
-        with _float32_matmuls(x):
-            y = x_q @ w_q.t()
-        _record(shares, ("input", x_shares), ("weight", w_shares))
+        x_q = quantize("input", x, counter)
+        w_q = quantize("weight", weight, counter)
+        y = block_scaled_gemm(x_q, w_q)
+        _record(shares, ("input", x_q.stats), ("weight", w_q.stats))
         ctx.save_for_backward(x, weight, shares, counter)
         ctx.quantize = quantize  # type: ignore[attr-defined]
         return y.to(x.dtype)
@@ -68,31 +70,47 @@ class _EmulatedMatmul(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor, None, None, None]:
         x, weight, shares, counter = ctx.saved_tensors  # type: ignore[attr-defined]
         quantize: OperandQuantizer = ctx.quantize  # type: ignore[attr-defined]
-        g_q, g_shares = quantize("grad_output", grad_out, counter)
-        wt_q, wt_shares = quantize("weight_t", weight.t(), counter)
+        g_q = quantize("grad_output", grad_out, counter)
+        wt_q = quantize("weight_t", weight.t(), counter)
         # wgrad reduces over the tokens, so its operands are quantized along them; a token
         # count that is not a multiple of the block is padded with zeros, which change no
         # block's amax and add nothing to the product.
         block = quantize.recipe.block_size
         pad = -x.shape[0] % block
-        gt_q, gt_shares = quantize("grad_output_t", F.pad(grad_out.t(), (0, pad)), counter)
-        xt_q, xt_shares = quantize("input_t", F.pad(x.t(), (0, pad)), counter)
-        with _float32_matmuls(x):
-            grad_x = g_q @ wt_q.t()
-            grad_w = gt_q @ xt_q.t()
+        gt_q = quantize("grad_output_t", F.pad(grad_out.t(), (0, pad)), counter)
+        xt_q = quantize("input_t", F.pad(x.t(), (0, pad)), counter)
+        grad_x = block_scaled_gemm(g_q, wt_q)
+        grad_w = block_scaled_gemm(gt_q, xt_q)
         _record(
             shares,
-            ("grad_output", g_shares),
-            ("weight_t", wt_shares),
-            ("grad_output_t", gt_shares),
-            ("input_t", xt_shares),
+            ("grad_output", g_q.stats),
+            ("weight_t", wt_q.stats),
+            ("grad_output_t", gt_q.stats),
+            ("input_t", xt_q.stats),
         )
         return grad_x.to(x.dtype), grad_w.to(weight.dtype), None, None, None
 
 
-def _float32_matmuls(x: Tensor) -> torch.autocast:
-    # Autocast would run these in bf16 and round the dequantized operands a second time.
-    return torch.autocast(x.device.type, enabled=False)
+def block_scaled_gemm(a: QuantizedOperand, b: QuantizedOperand) -> Tensor:
+    """float32 a @ b.T as a block-scaled kernel computes it: the operands' values multiplied
+    with float32 accumulation, then both tensor scales (NVFP4's; MXFP8 has none) applied to
+    the product, as the kernels' epilogue applies them.
+
+    The values are exact in bf16 (recipes.QuantizedOperand), so on a GPU they multiply on
+    bf16 tensor cores into a float32 output: the sums a float32 GEMM would form, up to their
+    order, at tensor-core speed instead of float32's. The CPU multiplies them in float32.
+    """
+    # Autocast would hand the GEMM bf16 and round its output before the tensor scales.
+    with torch.autocast(a.values.device.type, enabled=False):
+        if a.values.is_cuda:
+            product = torch.mm(
+                a.values.bfloat16(), b.values.bfloat16().t(), out_dtype=torch.float32
+            )
+        else:
+            product = a.values @ b.values.t()
+    if a.tensor_scale is not None and b.tensor_scale is not None:
+        product = product * (a.tensor_scale * b.tensor_scale)
+    return product
 
 
 def _record(shares: Tensor, *rows: tuple[str, Tensor]) -> None:

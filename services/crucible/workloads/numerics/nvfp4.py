@@ -62,10 +62,16 @@ class NVFP4Tensor:
 
     def dequantize(self) -> Tensor:
         """float32 values: element * block scale (exact) * tensor scale (one rounding)."""
+        return self.block_values() * self.tensor_scale
+
+    def block_values(self) -> Tensor:
+        """float32 element * block scale, without the tensor scale: what a block-scaled kernel
+        multiplies before applying the tensor scales to its output. Exact, and exact in bf16
+        too: at most 6 significant bits (E2M1's 2 and E4M3's 4), magnitudes 2**-10 to 2688."""
         table = torch.tensor(E2M1_MAGNITUDES, device=self.codes.device)
         magnitude = table[(self.codes & 0x7).long()]
         values = torch.where((self.codes & SIGN_BIT) != 0, -magnitude, magnitude)
-        return (values * _per_element(self.block_scales.float())) * self.tensor_scale
+        return values * _per_element(self.block_scales.float())
 
     def largest_magnitude(self) -> Tensor:
         """Per element, the largest magnitude its block can hold: 6 times the block's scale."""

@@ -21,6 +21,7 @@ The paper also keeps some layers (mostly the last ones) in high precision; which
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from torch import Tensor
 
@@ -61,6 +62,22 @@ class NVFP4Recipe:
 
 
 Recipe = MXFP8Recipe | NVFP4Recipe
+
+
+class QuantizedOperand(NamedTuple):
+    """A GEMM operand rounded through its format, as a block-scaled kernel reads it."""
+
+    values: Tensor
+    """float32: each element times its block scale. Exact, and exact in bf16 as well for
+    every magnitude of 2**-126 or more (MXFP8's elements have at most 4 significant bits
+    and its scales are powers of two; NVFP4Tensor.block_values says why for NVFP4)."""
+    tensor_scale: Tensor | None
+    """NVFP4's float32 per-tensor scale, which the GEMM applies to its output; None for
+    MXFP8, which has none."""
+    stats: Tensor
+    """telemetry.STATS of the operand: its saturated and underflow shares and its amax."""
+
+
 GRADIENT_OPERANDS = ("grad_output", "grad_output_t")
 WGRAD_OPERANDS = ("grad_output_t", "input_t")
 
@@ -77,8 +94,8 @@ class OperandQuantizer:
         rotates = isinstance(recipe, NVFP4Recipe) and recipe.hadamard
         self._hadamard = random_hadamard(recipe_seed) if rotates else None
 
-    def __call__(self, operand: str, t: Tensor, counter: Tensor) -> tuple[Tensor, Tensor]:
-        """(t through the format and back as float32, its telemetry.STATS).
+    def __call__(self, operand: str, t: Tensor, counter: Tensor) -> QuantizedOperand:
+        """t through the format and back, with its telemetry.STATS.
 
         `t` is laid out with the GEMM's reduction dimension last. The wgrad operands come back
         Hadamard-transformed when the recipe says so; the transform cancels in their product.
@@ -104,8 +121,11 @@ class OperandQuantizer:
                 uniform=self._draws(operand, t, counter) if stochastic else None,
                 two_d_blocks=self.recipe.weight_2d_blocks and operand in ("weight", "weight_t"),
             )
-        dequantized = quantized.dequantize()
-        return dequantized, operand_stats(t, quantized, dequantized)
+        if isinstance(quantized, nvfp4.NVFP4Tensor):
+            values, tensor_scale = quantized.block_values(), quantized.tensor_scale
+        else:
+            values, tensor_scale = quantized.dequantize(), None
+        return QuantizedOperand(values, tensor_scale, operand_stats(t, quantized, values))
 
     def _draws(self, operand: str, t: Tensor, counter: Tensor) -> Tensor:
         stream = self._rounding_seed * len(GRADIENT_OPERANDS) + GRADIENT_OPERANDS.index(operand)

@@ -34,10 +34,11 @@ def empty_shares(device: torch.device | None = None) -> Tensor:
     return torch.zeros(len(OPERANDS), len(STATS), device=device)
 
 
-def operand_stats(x: Tensor, quantized: Quantized, dequantized: Tensor) -> Tensor:
+def operand_stats(x: Tensor, quantized: Quantized, values: Tensor) -> Tensor:
     """float32 (3,), in STATS order: the share of x's values clipped at the format max, the
-    share that were non-zero and dequantize to zero, and x's largest magnitude."""
-    underflow = (x != 0) & (dequantized == 0)
+    share that were non-zero and dequantize to zero, and x's largest magnitude. `values` are
+    x's through the format, with or without a per-tensor scale (zero either way)."""
+    underflow = (x != 0) & (values == 0)
     return torch.stack(
         [quantized.saturated.float().mean(), underflow.float().mean(), x.abs().amax().float()]
     )
