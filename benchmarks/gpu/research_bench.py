@@ -13,10 +13,11 @@ Parts:
   their GPU telemetry (NVML, every CRUCIBLE_SYSTEM_METRICS_INTERVAL seconds) and MFU.
 - `sweep`: the 32-trial grid of `benchmarks/sweep_asha.py` on the GPU (each trial asks for
   one), with ASHA and without (`--sweeps`), alternated, `--sweep-samples` times each.
-- `numerics` (issue 28): the same 124M run, `--numerics-steps` steps on the same data and
-  seed, at each of `--precisions` (`NUMERICS`), logging its numerics every 20 steps: the
-  final loss (mean of the last 20 steps), tokens/s (median after step 20) and the worst
-  GEMM error against bf16, each read back from the API.
+- `numerics` (issue 28): for each of `--numerics-models` (`NUMERICS_MODELS`: the built-in
+  GPT at `--preset` and a Llama-architecture Hugging Face model), `--numerics-steps` steps on
+  the same data and seed at each of `--precisions` (`NUMERICS`), logging its numerics every
+  20 steps: the final loss (mean of the last 20 steps), tokens/s (median after step 20) and
+  the worst GEMM error against bf16, each read back from the API.
 
 The home (SQLite, run outputs and profiles; checkpoints and datasets left out) is packed to
 `home.tar.gz` under --out, at the fixed path it had here, so the dashboard can show these
@@ -39,6 +40,7 @@ import orjson
 from common import REPO, environment
 from train_job_bench import (
     EXPERIMENT,
+    LLAMA_150M,
     PROJECT,
     free_port,
     process_environment,
@@ -70,6 +72,13 @@ NUMERICS: dict[str, dict[str, Any]] = {
 }
 """`--precisions`' names and the train fields each sets."""
 
+NUMERICS_MODELS: dict[str, dict[str, Any] | None] = {
+    "gpt": None,
+    "llama-150M": {"hf": {"architecture": "llama", "config": LLAMA_150M}},
+}
+"""`--numerics-models`' names and the `model` section each runs (None: the GPT at
+`--preset`). Every Linear width of both is a multiple of 128, as block scaling needs."""
+
 
 def gpt_run(
     name: str,
@@ -78,8 +87,10 @@ def gpt_run(
     profile: bool,
     steps: int | None = None,
     dataset: str = "gpu-text",
+    model: dict[str, Any] | None = None,
     **train_fields: Any,
 ) -> dict[str, Any]:
+    """A TrainingRun of the GPT at `--preset`, or of `model` where given."""
     gpu = args.gpus > 0
     train: dict[str, Any] = {
         "steps": steps or args.steps,
@@ -100,7 +111,7 @@ def gpt_run(
             "experiment": EXPERIMENT,
             "gpusPerNode": args.gpus,
             "config": {
-                "model": {"preset": args.preset},
+                "model": model or {"preset": args.preset},
                 "train": train,
                 "data": {"shape": "text", "packing": False},
             },
@@ -230,39 +241,47 @@ def numerics_part(api: CrucibleClient, args: argparse.Namespace, result: dict[st
     docs = args.numerics_steps + 1
     write_jsonl(data, text_records(num_docs=docs, rows_per_doc=16))
     register(api, "gpu-numerics-text", data, docs)
-    runs: dict[str, Any] = {}
-    for name in args.precisions.split(","):
-        manifest = gpt_run(
-            f"gpt-124m-{name}-{uuid.uuid4().hex[:4]}",
-            args,
-            profile=False,
-            steps=args.numerics_steps,
-            dataset="gpu-numerics-text",
-            fp8_stats_every=20,
-            **NUMERICS[name],
-        )
-        submitted = api.request(
-            "POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest}
-        )
-        run = wait_for(api, submitted["id"], limit_s=args.numerics_limit_s)
-        losses = series(api, run["id"], "loss")
-        rate = series(api, run["id"], "tokens_per_s")
-        errors = series(api, run["id"], "precision/matmul_rel_error_max")
-        last = sorted(losses)[-20:]
-        runs[name] = {
-            "run_id": run["id"],
-            "loss": {str(step): v for step, v in sorted(losses.items())},
-            "final_loss": statistics.fmean(losses[s] for s in last),
-            "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),
-            "matmul_rel_error_max": {str(step): v for step, v in errors.items()},
-        }
-        print(name, {k: v for k, v in runs[name].items() if k != "loss"}, flush=True)
-        result["numerics"] = {"steps": args.numerics_steps, "runs": runs}
-        if "bf16" in runs:
-            bf16 = runs["bf16"]["final_loss"]
-            for other in runs.values():
-                other["final_loss_vs_bf16"] = round(other["final_loss"] / bf16 - 1, 5)
-        write(args.out, result)
+    models: dict[str, Any] = {}
+    result["numerics"] = {"steps": args.numerics_steps, "models": models}
+    for model in args.numerics_models.split(","):
+        runs: dict[str, Any] = {}
+        models[model] = {"runs": runs}
+        for name in args.precisions.split(","):
+            runs[name] = numerics_run(api, args, model, name)
+            print(model, name, {k: v for k, v in runs[name].items() if k != "loss"}, flush=True)
+            if "bf16" in runs:
+                bf16 = runs["bf16"]["final_loss"]
+                for other in runs.values():
+                    other["final_loss_vs_bf16"] = round(other["final_loss"] / bf16 - 1, 5)
+            write(args.out, result)
+
+
+def numerics_run(
+    api: CrucibleClient, args: argparse.Namespace, model: str, precision: str
+) -> dict[str, Any]:
+    manifest = gpt_run(
+        f"{model}-{precision}-{uuid.uuid4().hex[:4]}",
+        args,
+        profile=False,
+        steps=args.numerics_steps,
+        dataset="gpu-numerics-text",
+        model=NUMERICS_MODELS[model],
+        fp8_stats_every=20,
+        **NUMERICS[precision],
+    )
+    submitted = api.request("POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest})
+    run = wait_for(api, submitted["id"], limit_s=args.numerics_limit_s)
+    losses = series(api, run["id"], "loss")
+    rate = series(api, run["id"], "tokens_per_s")
+    errors = series(api, run["id"], "precision/matmul_rel_error_max")
+    last = sorted(losses)[-20:]
+    return {
+        "run_id": run["id"],
+        "loss": {str(step): v for step, v in sorted(losses.items())},
+        "final_loss": statistics.fmean(losses[s] for s in last),
+        "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),
+        "matmul_rel_error_max": {str(step): v for step, v in errors.items()},
+    }
 
 
 def write(out: Path, result: dict[str, Any]) -> None:
@@ -293,6 +312,7 @@ def main() -> None:
     parser.add_argument("--numerics-steps", type=int, default=200)
     parser.add_argument("--numerics-limit-s", type=float, default=600)
     parser.add_argument("--precisions", default="bf16,fp8-block,mxfp8")
+    parser.add_argument("--numerics-models", default="gpt", help=", ".join(NUMERICS_MODELS))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

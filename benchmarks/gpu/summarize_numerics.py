@@ -4,7 +4,8 @@ of the loss curves (with matplotlib, where it is installed).
 
     python3 benchmarks/gpu/summarize_numerics.py RESEARCH_JSON [--plot numerics_loss.png]
 
-Prints the table as Markdown, for docs/workloads.md. Emulated precisions (mxfp8, nvfp4) get
+Prints a table a model as Markdown, for docs/workloads.md, and plots each model's curves
+(numerics_loss_<model>.png). Emulated precisions (mxfp8, nvfp4) get
 no speed column: their tokens/s measure the emulation, not the format.
 """
 
@@ -62,10 +63,19 @@ def main() -> None:
     parser.add_argument("--plot", type=Path)
     args = parser.parse_args()
     study = json.loads(args.results.read_text())["numerics"]
-    print(f"{study['steps']} steps a run\n")
-    print(table(study["runs"]))
-    if args.plot is not None:
-        plot(study["runs"], args.plot)
+    print(f"{study['steps']} steps a run")
+    for model, runs in models(study).items():
+        print(f"\n{model}\n\n{table(runs)}")
+        if args.plot is not None:
+            plot(runs, args.plot.with_stem(f"{args.plot.stem}_{model}"))
+
+
+def models(study: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each model's runs by precision; results from before the study had models hold the
+    GPT's runs alone."""
+    if "models" in study:
+        return {model: found["runs"] for model, found in study["models"].items()}
+    return {"gpt": study["runs"]}
 
 
 if __name__ == "__main__":

@@ -37,3 +37,13 @@ def test_an_emulated_precision_gets_no_speed_and_a_study_without_bf16_is_refused
     assert summarize.table(runs).splitlines()[-1] == "| nvfp4 | 2.0200 | +1.00% | emulated | - |"
     with pytest.raises(SystemExit, match="no bf16 run"):
         summarize.table({"nvfp4": runs["nvfp4"]})
+
+
+def test_a_study_of_several_models_gives_each_its_runs_and_older_results_read_as_the_gpts() -> None:
+    summarize = _summarize()
+    older = json.loads(RESULTS.read_text())["numerics"]
+    assert list(summarize.models(older)) == ["gpt"]
+    assert summarize.models(older)["gpt"] == older["runs"]
+    runs = {"bf16": {"final_loss": 2.0, "tokens_per_s": 100.0}}
+    study = {"steps": 10, "models": {"gpt": {"runs": runs}, "llama-150M": {"runs": runs}}}
+    assert summarize.models(study) == {"gpt": runs, "llama-150M": runs}

@@ -1,6 +1,7 @@
-"""A train run's emulated precisions (mxfp8, nvfp4) through the trainer: refused unless the
-run asks for emulation, trained with the numerics statistics logged, and resumed bitwise
-(nvfp4's stochastic rounding streams travel in the checkpoint)."""
+"""A train run's emulated precisions (mxfp8, nvfp4, fine-scaled fp8) through the trainer:
+refused unless the run asks for emulation, trained with the numerics statistics logged, on
+the built-in GPT and a Llama-architecture model, and resumed bitwise (nvfp4's stochastic
+rounding streams travel in the checkpoint)."""
 
 from typing import Any
 
@@ -9,6 +10,7 @@ import torch
 
 from crucible.workloads.checkpoint import DirectoryCheckpointer
 from crucible.workloads.config import TrainConfig, model_preset
+from crucible.workloads.model_spec import HFModelSource, ModelSpec
 from crucible.workloads.numerics.emulated_linear import EmulatedLinear
 from crucible.workloads.train import Trainer
 from tests.workloads.test_train import Preempted, PreemptedAfterSave
@@ -136,3 +138,55 @@ def test_a_low_precision_run_logs_amax_and_its_gemm_error_against_bf16_on_sample
     assert any(k.startswith(prefix) and k.endswith(layer_key) for k in logged[3])
     assert not any(k.endswith("/matmul_rel_error") for k in logged[2])
     assert not any(getattr(m, "sample_error", False) for m in trainer.raw_model.modules())
+
+
+# A Llama-architecture model whose every Linear width (q, o: 256; k, v: 2 heads of 64; the
+# MLP: 512) is a multiple of 128, as fp8 block scaling needs: the study's second model
+# (benchmarks/gpu/research_bench.py) in miniature.
+LLAMA_128 = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 264,
+    "max_position_embeddings": 64,
+}
+
+
+@pytest.mark.parametrize(
+    ("precision", "scaling"),
+    [("fp8", "block"), ("fp8", "row"), ("mxfp8", "tensor"), ("nvfp4", "tensor")],
+)
+def test_a_llama_model_trains_in_each_low_precision_with_its_linears_swapped_and_logged(
+    precision: str, scaling: str, one_digit_records: list[dict[str, Any]]
+) -> None:
+    config = TrainConfig(
+        steps=4,
+        batch_size=8,
+        seed=1,
+        lr=3e-3,
+        precision=precision,  # type: ignore[arg-type]
+        fp8_scaling=scaling,  # type: ignore[arg-type]
+        emulate_precision=True,
+        fp8_stats_every=4,
+    )
+    spec = ModelSpec(hf=HFModelSource(architecture="llama", config=LLAMA_128))
+    trainer = Trainer(config, spec, one_digit_records[:32])
+    logged: dict[int, dict[str, float]] = {}
+    trainer.log = lambda step, metrics: logged.__setitem__(step, metrics)
+    losses = trainer.train()
+
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+    swapped = {
+        name.rsplit(".", 1)[-1]
+        for name, module in trainer.raw_model.named_modules()
+        if hasattr(module, "sample_error")
+    }
+    assert swapped == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    errors = {k: v for k, v in logged[4].items() if k.endswith("/matmul_rel_error")}
+    assert len(errors) == 2 * len(swapped) and all(0 < v < 0.3 for v in errors.values())
+    # The output head stays in high precision, and the weights load into a plain model.
+    assert not any("lm_head" in k for k in logged[4])
+    plain = Trainer(TrainConfig(steps=1), spec, one_digit_records[:8])
+    plain.raw_model.load_state_dict(trainer.raw_model.state_dict())
