@@ -7,8 +7,9 @@ reference, and what each scaling costs a training step.
    same codes and scales on CUDA as on the CPU, where the suite holds it to the scalar
    reference.
 2. GEMMs: `torch._scaled_mm` on each supported pair of scalings against the float64 product
-   of the same dequantized operands. The bound per element is bf16's rounding of the result
-   plus float32 accumulation over K (as the CPU test's): `worst_bound_ratio` <= 1 passes.
+   of the same dequantized operands, at each of `--gemm-shapes`. The bound per element is
+   bf16's rounding of the result plus float32 accumulation over K (as the CPU test's):
+   `worst_bound_ratio` <= 1 passes.
    The float64 reference is also compared with bf16's GEMM of the unquantized operands, the
    error a bf16 run would see, for scale.
 3. A layer: ScaledFloat8Linear native against emulated on the GPU (forward, dgrad and wgrad
@@ -138,12 +139,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--precisions", default="bf16,fp8-tensor,fp8-row,fp8-block")
     parser.add_argument("--out", default="fp8_scaling_check.json")
+    # M x K x N. K 768 and 2304 are the 124M GPT's widths, 6 and 18 blocks of 128: cuBLAS
+    # reads 128x128 block scales in groups of four K blocks, so these go through the padding
+    # of numerics/scaled_matmul.py (PyTorch PR 166752), 2048 does not.
+    parser.add_argument("--gemm-shapes", default="4096x2048x1536,4096x768x2304,4096x2304x768")
     args = parser.parse_args()
 
     result: dict[str, Any] = {"name": "fp8_scaling_check", "config": vars(args)}
     result["bits"] = bits_check()
     print("bits", result["bits"], flush=True)
-    result["gemms"] = gemm_check(4096, 2048, 1536)
+    result["gemms"] = [
+        row
+        for shape in args.gemm_shapes.split(",")
+        for row in gemm_check(*(int(n) for n in shape.split("x")))
+    ]
     result["layers"] = {s: layer_check(s) for s in ("row", "block")}
     print("layers", result["layers"], flush=True)
     write_result(args.out, result)
