@@ -22,11 +22,10 @@ reference, and what each scaling costs a training step.
 
 import argparse
 import statistics
-import time
 from typing import Any
 
 import torch
-from common import write_result
+from common import median_train_step_s, write_result
 
 from crucible.workloads.config import model_preset
 from crucible.workloads.fp8 import convert_to_float8
@@ -107,27 +106,9 @@ def timed(precision: str, args: argparse.Namespace) -> float:
         convert_to_float8(model)
     elif precision.startswith("fp8-"):
         convert_to_scaled_float8(model, precision.removeprefix("fp8-"), native=True)  # type: ignore[arg-type]
-    compiled = torch.compile(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    tokens = torch.randint(0, 50304, (args.batch, 1025), device="cuda")
-    times = []
-    for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = compiled(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().flatten(0, 1), tokens[:, 1:].flatten()
-        )
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - started)
-    del model, compiled, optimizer
-    torch.cuda.empty_cache()
-    return statistics.median(times)
+    return median_train_step_s(
+        model, batch=args.batch, steps=args.steps, warmup=args.warmup, compiled=True
+    )
 
 
 def main() -> None:

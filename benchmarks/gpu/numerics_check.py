@@ -20,11 +20,10 @@ where the suite checks them against the scalar references, and what emulation co
 
 import argparse
 import statistics
-import time
 from typing import Any
 
 import torch
-from common import write_result
+from common import median_train_step_s, write_result
 
 from crucible.workloads.config import model_preset
 from crucible.workloads.model import build_model
@@ -126,25 +125,7 @@ def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int, compiled: 
     model = build_model(model_preset("124M"), device="cuda")
     if fmt is not None:
         convert_to_emulated(model, fmt)  # type: ignore[arg-type]
-    forward = torch.compile(model) if compiled else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    tokens = torch.randint(0, 50304, (batch, 1025), device="cuda")
-    times = []
-    for step in range(warmup + steps):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = forward(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().flatten(0, 1), tokens[:, 1:].flatten()
-        )
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if step >= warmup:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return median_train_step_s(model, batch=batch, steps=steps, warmup=warmup, compiled=compiled)
 
 
 def main() -> None:
