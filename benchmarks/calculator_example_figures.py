@@ -124,8 +124,12 @@ def main() -> None:
             f"{trajectories} played other episodes than the runs in {RESULTS}: "
             f"digests {digests} against {result['played']}"
         )
+    import torch  # only here: the tests that read the figures need none of it
+
     run = {
         "cpu": cpu_model(),
+        # The kernels torch picked for this CPU, which decide the order of its sums.
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "date": datetime.date.today().isoformat(),
         "rounds": rounds(trajectories),
         "evals": evals(runs, rl.name),
