@@ -31,7 +31,12 @@ from crucible.workloads.numerics import counter_rng
 from crucible.workloads.numerics.emulated_linear import block_scaled_gemm, convert_to_emulated
 from crucible.workloads.numerics.mxfp8 import quantize_mxfp8
 from crucible.workloads.numerics.nvfp4 import quantize_nvfp4
-from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
+from crucible.workloads.numerics.recipes import (
+    MXFP8Recipe,
+    NVFP4Recipe,
+    OperandQuantizer,
+    QuantizedOperand,
+)
 
 
 def samples(seed: int) -> dict[str, torch.Tensor]:
@@ -88,24 +93,22 @@ def stochastic_draws(x: torch.Tensor) -> torch.Tensor:
 def gemm_check() -> list[dict[str, Any]]:
     rows = []
     counter = torch.tensor(1, dtype=torch.int64)
+    weights = samples(2)
     for name, x in samples(1).items():
-        w = samples(2)[name][:128]
         for fmt, quantize in (
             ("mxfp8", OperandQuantizer(MXFP8Recipe())),
             ("nvfp4", OperandQuantizer(NVFP4Recipe(stochastic_rounding=False))),
         ):
-            a, b = quantize("input", x, counter), quantize("weight", w, counter)
-            exact = a.values.double() @ b.values.double().t()
+            a, b = quantize("input", x, counter), quantize("weight", weights[name][:128], counter)
+            a64, b64 = a.values.double(), b.values.double()
+            scale = 1.0
             if a.tensor_scale is not None and b.tensor_scale is not None:
-                exact = exact * (a.tensor_scale.double() * b.tensor_scale.double())
-            bound = (a.values.double().abs() @ b.values.double().abs().t()).clamp(min=1e-300)
-            if a.tensor_scale is not None and b.tensor_scale is not None:
-                bound = bound * (a.tensor_scale.double() * b.tensor_scale.double())
-            on_gpu = type(a)(*(t.cuda() if t is not None else None for t in a))
-            w_gpu = type(b)(*(t.cuda() if t is not None else None for t in b))
+                scale = float(a.tensor_scale.double() * b.tensor_scale.double())
+            exact = (a64 @ b64.t()) * scale
+            bound = ((a64.abs() @ b64.abs().t()) * scale).clamp(min=1e-300)
             for device, product in (
                 ("cpu", block_scaled_gemm(a, b)),
-                ("cuda", block_scaled_gemm(on_gpu, w_gpu).cpu()),
+                ("cuda", block_scaled_gemm(on_cuda(a), on_cuda(b)).cpu()),
             ):
                 worst = ((product.double() - exact).abs() / bound).max().item()
                 rows.append(
@@ -118,6 +121,10 @@ def gemm_check() -> list[dict[str, Any]]:
                     }
                 )
     return rows
+
+
+def on_cuda(operand: QuantizedOperand) -> QuantizedOperand:
+    return QuantizedOperand(*(t.cuda() if t is not None else None for t in operand))
 
 
 def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int, compiled: bool) -> float:
