@@ -121,16 +121,20 @@ def gpt_run(
     }
 
 
+class RunDidNotSucceed(RuntimeError):
+    """A run that failed, or had not ended by its time limit."""
+
+
 def wait_for(api: CrucibleClient, run_id: int, limit_s: float = 600) -> dict[str, Any]:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         run = api.request("GET", f"/api/v1/runs/{run_id}")
         if Phase(run["phase"]).is_terminal:
             if run["phase"] != "Succeeded":
-                raise SystemExit(f"run {run_id} ended {run['phase']}: {run['message']}")
+                raise RunDidNotSucceed(f"run {run_id} ended {run['phase']}: {run['message']}")
             return run
         time.sleep(1)
-    raise SystemExit(f"run {run_id} did not end in {limit_s} s")
+    raise RunDidNotSucceed(f"run {run_id} did not end in {limit_s} s")
 
 
 def series(api: CrucibleClient, run_id: int, key: str) -> dict[int, float]:
@@ -249,9 +253,9 @@ def numerics_part(api: CrucibleClient, args: argparse.Namespace, result: dict[st
         for name in args.precisions.split(","):
             runs[name] = numerics_run(api, args, model, name)
             print(model, name, {k: v for k, v in runs[name].items() if k != "loss"}, flush=True)
-            if "bf16" in runs:
-                bf16 = runs["bf16"]["final_loss"]
-                for other in runs.values():
+            bf16 = runs.get("bf16", {}).get("final_loss")
+            for other in runs.values():
+                if bf16 is not None and other["final_loss"] is not None:
                     other["final_loss_vs_bf16"] = round(other["final_loss"] / bf16 - 1, 5)
             write(args.out, result)
 
@@ -260,7 +264,7 @@ def numerics_run(
     api: CrucibleClient, args: argparse.Namespace, model: str, precision: str
 ) -> dict[str, Any]:
     manifest = gpt_run(
-        f"{model}-{precision}-{uuid.uuid4().hex[:4]}",
+        f"{model.lower()}-{precision}-{uuid.uuid4().hex[:4]}",
         args,
         profile=False,
         steps=args.numerics_steps,
@@ -270,15 +274,26 @@ def numerics_run(
         **NUMERICS[precision],
     )
     submitted = api.request("POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest})
-    run = wait_for(api, submitted["id"], limit_s=args.numerics_limit_s)
-    losses = series(api, run["id"], "loss")
-    rate = series(api, run["id"], "tokens_per_s")
-    errors = series(api, run["id"], "precision/matmul_rel_error_max")
+    run_id = submitted["id"]
+    # One precision that fails or runs past its limit is recorded as such, with the steps it
+    # logged, and the study goes on to the next: a device call has no time to start over.
+    error = None
+    try:
+        wait_for(api, run_id, limit_s=args.numerics_limit_s)
+    except RunDidNotSucceed as failed:
+        error = str(failed)
+        if not Phase(api.request("GET", f"/api/v1/runs/{run_id}")["phase"]).is_terminal:
+            api.request("POST", f"/api/v1/runs/{run_id}/cancel")
+    losses = series(api, run_id, "loss")
+    rate = series(api, run_id, "tokens_per_s")
+    errors = series(api, run_id, "precision/matmul_rel_error_max")
     last = sorted(losses)[-20:]
     return {
-        "run_id": run["id"],
+        "run_id": run_id,
+        "error": error,
+        "steps_logged": max(losses, default=0),
         "loss": {str(step): v for step, v in sorted(losses.items())},
-        "final_loss": statistics.fmean(losses[s] for s in last),
+        "final_loss": statistics.fmean(losses[s] for s in last) if error is None else None,
         "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),
         "matmul_rel_error_max": {str(step): v for step, v in errors.items()},
     }

@@ -27,6 +27,9 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for name, run in sorted(runs.items(), key=lambda item: item[0] != "bf16"):
+        if run.get("final_loss") is None:
+            lines.append(f"| {name} | did not finish: {run.get('error')} | | | |")
+            continue
         gap = run["final_loss"] / bf16["final_loss"] - 1
         rate = run.get("tokens_per_s")
         emulated = name in EMULATED
