@@ -47,3 +47,12 @@ def test_a_study_of_several_models_gives_each_its_runs_and_older_results_read_as
     runs = {"bf16": {"final_loss": 2.0, "tokens_per_s": 100.0}}
     study = {"steps": 10, "models": {"gpt": {"runs": runs}, "llama-150M": {"runs": runs}}}
     assert summarize.models(study) == {"gpt": runs, "llama-150M": runs}
+
+
+def test_a_run_that_did_not_finish_is_a_row_saying_why_and_not_a_loss() -> None:
+    runs = {
+        "bf16": {"final_loss": 2.0, "tokens_per_s": 100.0},
+        "mxfp8": {"final_loss": None, "error": "run 4 did not end in 200.0 s"},
+    }
+    rows = _summarize().table(runs).splitlines()
+    assert rows[-1] == "| mxfp8 | did not finish: run 4 did not end in 200.0 s | | | |"
