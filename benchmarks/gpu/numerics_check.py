@@ -166,7 +166,8 @@ def main() -> None:
             )
             step_s[name].append(seconds)
             print(name, round(seconds * 1000, 2), "ms", flush=True)
-    medians = {k: statistics.median(v) for k, v in step_s.items()}
+    # --repeats 0 checks the bits and the GEMMs alone.
+    medians = {k: statistics.median(v) for k, v in step_s.items() if v}
     write_result(
         args.out,
         {
@@ -181,6 +182,7 @@ def main() -> None:
                 f"{fmt}-{mode}": round(medians[f"{fmt}-{mode}"] / medians[f"bf16-{mode}"], 2)
                 for mode in modes
                 for fmt in ("mxfp8", "nvfp4")
+                if medians
             },
         },
     )

@@ -246,7 +246,11 @@ def numerics_part(api: CrucibleClient, args: argparse.Namespace, result: dict[st
     write_jsonl(data, text_records(num_docs=docs, rows_per_doc=16))
     register(api, "gpu-numerics-text", data, docs)
     models: dict[str, Any] = {}
-    result["numerics"] = {"steps": args.numerics_steps, "models": models}
+    result["numerics"] = {
+        "steps": args.numerics_steps,
+        "compiled": not args.numerics_eager,
+        "models": models,
+    }
     for model in args.numerics_models.split(","):
         runs: dict[str, Any] = {}
         models[model] = {"runs": runs}
@@ -272,6 +276,7 @@ def numerics_run(
         model=NUMERICS_MODELS[model],
         fp8_stats_every=20,
         **NUMERICS[precision],
+        **({"compile": False} if args.numerics_eager else {}),
     )
     submitted = api.request("POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest})
     run_id = submitted["id"]
@@ -328,6 +333,9 @@ def main() -> None:
     parser.add_argument("--numerics-limit-s", type=float, default=600)
     parser.add_argument("--precisions", default="bf16,fp8-block,mxfp8")
     parser.add_argument("--numerics-models", default="gpt", help=", ".join(NUMERICS_MODELS))
+    # Inductor takes minutes to compile an emulated format's step on a GPU (over 4.5 for
+    # nvfp4 at 124M on an H100), longer than the steps themselves take eager.
+    parser.add_argument("--numerics-eager", action="store_true", help="runs without compile")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
