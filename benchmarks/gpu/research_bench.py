@@ -298,7 +298,12 @@ def numerics_run(
         "error": error,
         "steps_logged": max(losses, default=0),
         "loss": {str(step): v for step, v in sorted(losses.items())},
-        "final_loss": statistics.fmean(losses[s] for s in last) if error is None else None,
+        # A run whose wait ran out after its last step (saving its checkpoint) is complete.
+        "final_loss": (
+            statistics.fmean(losses[s] for s in last)
+            if max(losses, default=0) == args.numerics_steps
+            else None
+        ),
         "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),
         "matmul_rel_error_max": {str(step): v for step, v in errors.items()},
     }

@@ -28,7 +28,8 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
     ]
     for name, run in sorted(runs.items(), key=lambda item: item[0] != "bf16"):
         if run.get("final_loss") is None:
-            lines.append(f"| {name} | did not finish: {run.get('error')} | | | |")
+            logged = run.get("steps_logged", 0)
+            lines.append(f"| {name} | did not finish: {logged} steps, {run.get('error')} | | | |")
             continue
         gap = run["final_loss"] / bf16["final_loss"] - 1
         rate = run.get("tokens_per_s")
@@ -44,20 +45,44 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 
 def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
+    """The loss curves, and beneath them each precision's gap to bf16's loss at the same
+    step, averaged over a sliding window: the curves alone overlap where the gaps are
+    fractions of a percent."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, (losses, gaps) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    bf16 = {int(s): v for s, v in runs["bf16"]["loss"].items()}
     for name, run in runs.items():
-        steps = [int(s) for s in run["loss"]]
-        axes.plot(steps, list(run["loss"].values()), label=name, linewidth=1)
-    axes.set_xlabel("step")
-    axes.set_ylabel("training loss")
-    axes.legend()
+        curve = {int(s): v for s, v in run["loss"].items()}
+        if not curve:
+            continue
+        (line,) = losses.plot(list(curve), list(curve.values()), label=name, linewidth=1)
+        if name != "bf16":
+            steps = [s for s in curve if s in bf16]
+            gap = [100 * (curve[s] / bf16[s] - 1) for s in steps]
+            gaps.plot(
+                steps[GAP_WINDOW - 1 :], moving_mean(gap), color=line.get_color(), linewidth=1
+            )
+    losses.set_ylabel("training loss")
+    losses.set_yscale("log")
+    losses.legend()
+    gaps.axhline(0, color="grey", linewidth=0.5)
+    gaps.set_ylabel(f"vs bf16, % ({GAP_WINDOW}-step mean)")
+    gaps.set_xlabel("step")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
+
+
+GAP_WINDOW = 20
+
+
+def moving_mean(values: list[float]) -> list[float]:
+    return [
+        sum(values[i - GAP_WINDOW : i]) / GAP_WINDOW for i in range(GAP_WINDOW, len(values) + 1)
+    ]
 
 
 def main() -> None:

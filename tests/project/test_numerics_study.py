@@ -3,6 +3,9 @@ the recorded GPU results."""
 
 import importlib.util
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -52,7 +55,27 @@ def test_a_study_of_several_models_gives_each_its_runs_and_older_results_read_as
 def test_a_run_that_did_not_finish_is_a_row_saying_why_and_not_a_loss() -> None:
     runs = {
         "bf16": {"final_loss": 2.0, "tokens_per_s": 100.0},
-        "mxfp8": {"final_loss": None, "error": "run 4 did not end in 200.0 s"},
+        "mxfp8": {"final_loss": None, "steps_logged": 120, "error": "run 4 did not end"},
     }
     rows = _summarize().table(runs).splitlines()
-    assert rows[-1] == "| mxfp8 | did not finish: run 4 did not end in 200.0 s | | | |"
+    assert rows[-1] == "| mxfp8 | did not finish: 120 steps, run 4 did not end | | | |"
+
+
+def test_docs_numerics_tables_are_what_the_documented_command_prints_from_their_files() -> None:
+    # Each table in docs/numerics.md follows a comment naming its results file; the command
+    # the page shows, run as written (python3 being this interpreter), prints the same rows.
+    doc = (REPO / "docs/numerics.md").read_text()
+    tables = re.findall(r"<!-- (\S+\.json) -->\n(.*?)\n<!-- end -->", doc, re.S)
+    assert tables, "docs/numerics.md quotes no study table"
+    for name, quoted in tables:
+        results = f"benchmarks/results/gpu/raw/numerics/{name}"
+        command = f"python3 benchmarks/gpu/summarize_numerics.py {results}"
+        assert command in doc, f"docs/numerics.md does not show the command for {name}"
+        printed = subprocess.run(
+            [sys.executable, *command.split()[1:]],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert quoted in printed, f"the table for {name} is not what the script prints"

@@ -3,7 +3,8 @@
 // with TOKEN, then for each "hash=file.png" in PAGES opens BASE_URL/#hash, waits for WAIT_FOR
 // (text on every page, e.g. a section's heading) and the network to settle, and saves a
 // screenshot in SCREENSHOT_DIR: the whole page, or with FULL_PAGE=0 the first HEIGHT pixels
-// (1000 by default).
+// (1000 by default), or with SECTION set only the page's section that heading labels (e.g.
+// SECTION=Numerics).
 //
 //   BASE_URL=http://127.0.0.1:8000 TOKEN=... CHROMIUM=/usr/bin/chromium SCREENSHOT_DIR=docs/screenshots \
 //   PAGES='/runs/1=h200-run.png /sweeps/1=h200-sweep.png' node e2e/screens.mjs
@@ -12,7 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
-const { BASE_URL, TOKEN, CHROMIUM, SCREENSHOT_DIR, PAGES, FULL_PAGE = '1', HEIGHT = '1000' } = process.env;
+const { BASE_URL, TOKEN, CHROMIUM, SCREENSHOT_DIR, PAGES, SECTION, FULL_PAGE = '1', HEIGHT = '1000' } =
+  process.env;
 
 const profile = mkdtempSync(join(tmpdir(), 'crucible-chromium-'));
 const context = await chromium.launchPersistentContext(profile, {
@@ -38,7 +40,12 @@ try {
     await page.goto(`${BASE_URL}/#${hash}`);
     await page.waitForLoadState('networkidle');
     await page.waitForTimeout(1500); // charts draw after their data arrives
-    await page.screenshot({ path: join(SCREENSHOT_DIR, file), fullPage: FULL_PAGE !== '0' });
+    const path = join(SCREENSHOT_DIR, file);
+    if (SECTION) {
+      await page.getByRole('region', { name: SECTION, exact: true }).screenshot({ path });
+    } else {
+      await page.screenshot({ path, fullPage: FULL_PAGE !== '0' });
+    }
     console.log(`saved ${file} of #${hash}`);
   }
 } finally {
