@@ -2,15 +2,16 @@
 each precision's final loss, its gap to bf16's and its tokens/s against bf16's, and a plot
 of the loss curves (with matplotlib, where it is installed).
 
-    python3 benchmarks/gpu/summarize_numerics.py RESEARCH_JSON [--plot numerics_loss.png]
+    python3 benchmarks/gpu/summarize_numerics.py RESEARCH_JSON... [--plot numerics_loss.png]
 
-Prints a table a model as Markdown, for docs/workloads.md, and plots each model's curves
+Prints a table a model as Markdown, for docs/numerics.md, and plots each model's curves
 (numerics_loss_<model>.png). Emulated precisions (mxfp8, nvfp4) get
 no speed column: their tokens/s measure the emulation, not the format.
 """
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ EMULATED = ("mxfp8", "nvfp4")
 
 
 def table(runs: dict[str, dict[str, Any]]) -> str:
-    """Markdown rows, bf16 first, each with its gap and speed against bf16's."""
+    """Markdown rows, bf16 first, each with its gap and speed against bf16's. A run that
+    did not reach its last step is compared over the last 20 steps it logged instead."""
     if "bf16" not in runs:
         raise SystemExit("the results hold no bf16 run to compare with")
     bf16 = runs["bf16"]
@@ -27,21 +29,36 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for name, run in sorted(runs.items(), key=lambda item: item[0] != "bf16"):
-        if run.get("final_loss") is None:
-            logged = run.get("steps_logged", 0)
-            lines.append(f"| {name} | did not finish: {logged} steps, {run.get('error')} | | | |")
-            continue
-        gap = run["final_loss"] / bf16["final_loss"] - 1
         rate = run.get("tokens_per_s")
-        emulated = name in EMULATED
+        emulated = name.split(" ")[0] in EMULATED
         speed = "emulated" if emulated or rate is None else f"{rate:,.0f}"
         ratio = (
             "-"
             if emulated or rate is None or not bf16.get("tokens_per_s")
             else f"{rate / bf16['tokens_per_s']:.2f}x"
         )
-        lines.append(f"| {name} | {run['final_loss']:.4f} | {gap:+.2%} | {speed} | {ratio} |")
+        if run.get("final_loss") is not None:
+            gap = run["final_loss"] / bf16["final_loss"] - 1
+            lines.append(f"| {name} | {run['final_loss']:.4f} | {gap:+.2%} | {speed} | {ratio} |")
+            continue
+        logged = run.get("steps_logged", 0)
+        if logged < LAST:
+            lines.append(f"| {name} | did not finish: {logged} steps, {run.get('error')} | | | |")
+            continue
+        ours = {int(s): v for s, v in run["loss"].items()}
+        theirs = {int(s): v for s, v in bf16["loss"].items()}
+        last = sorted(ours)[-LAST:]
+        partial = statistics.fmean(ours[s] for s in last)
+        gap = partial / statistics.fmean(theirs[s] for s in last) - 1
+        lines.append(
+            f"| {name} | {partial:.4f} at steps {last[0]}-{last[-1]} (stopped at {logged}) "
+            f"| {gap:+.2%} | {speed} | {ratio} |"
+        )
     return "\n".join(lines)
+
+
+LAST = 20
+"""Steps whose mean loss is a run's final loss (research_bench.py's)."""
 
 
 def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
@@ -87,15 +104,31 @@ def moving_mean(values: list[float]) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+", help="research.json files")
     parser.add_argument("--plot", type=Path)
     args = parser.parse_args()
-    study = json.loads(args.results.read_text())["numerics"]
-    print(f"{study['steps']} steps a run")
-    for model, runs in models(study).items():
+    studies = [json.loads(path.read_text())["numerics"] for path in args.results]
+    print(f"{studies[0]['steps']} steps a run")
+    for model, runs in merged(studies).items():
         print(f"\n{model}\n\n{table(runs)}")
         if args.plot is not None:
             plot(runs, args.plot.with_stem(f"{args.plot.stem}_{model}"))
+
+
+def merged(studies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each model's runs over several results files of the same study (same steps); a
+    precision a file before already ran is named after how the later one ran it, e.g.
+    `nvfp4 (eager)`."""
+    if len({study["steps"] for study in studies}) > 1:
+        raise SystemExit("the results files ran different numbers of steps")
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for study in studies:
+        how = "compiled" if study.get("compiled", True) else "eager"
+        for model, runs in models(study).items():
+            into = found.setdefault(model, {})
+            for name, run in runs.items():
+                into[f"{name} ({how})" if name in into else name] = run
+    return found
 
 
 def models(study: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:

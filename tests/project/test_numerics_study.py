@@ -55,22 +55,22 @@ def test_a_study_of_several_models_gives_each_its_runs_and_older_results_read_as
 def test_a_run_that_did_not_finish_is_a_row_saying_why_and_not_a_loss() -> None:
     runs = {
         "bf16": {"final_loss": 2.0, "tokens_per_s": 100.0},
-        "mxfp8": {"final_loss": None, "steps_logged": 120, "error": "run 4 did not end"},
+        "mxfp8": {"final_loss": None, "steps_logged": 12, "error": "run 4 did not end"},
     }
     rows = _summarize().table(runs).splitlines()
-    assert rows[-1] == "| mxfp8 | did not finish: 120 steps, run 4 did not end | | | |"
+    assert rows[-1] == "| mxfp8 | did not finish: 12 steps, run 4 did not end | | | |"
 
 
 def test_docs_numerics_tables_are_what_the_documented_command_prints_from_their_files() -> None:
-    # Each table in docs/numerics.md follows a comment naming its results file; the command
+    # Each table in docs/numerics.md follows a comment naming its results files; the command
     # the page shows, run as written (python3 being this interpreter), prints the same rows.
     doc = (REPO / "docs/numerics.md").read_text()
-    tables = re.findall(r"<!-- (\S+\.json) -->\n(.*?)\n<!-- end -->", doc, re.S)
+    tables = re.findall(r"<!-- ([^>]+\.json) -->\n(.*?)\n<!-- end -->", doc, re.S)
     assert tables, "docs/numerics.md quotes no study table"
-    for name, quoted in tables:
-        results = f"benchmarks/results/gpu/raw/numerics/{name}"
+    for names, quoted in tables:
+        results = " ".join(f"benchmarks/results/gpu/raw/numerics/{n}" for n in names.split())
         command = f"python3 benchmarks/gpu/summarize_numerics.py {results}"
-        assert command in doc, f"docs/numerics.md does not show the command for {name}"
+        assert command in doc, f"docs/numerics.md does not show the command for {names}"
         printed = subprocess.run(
             [sys.executable, *command.split()[1:]],
             cwd=REPO,
@@ -78,4 +78,28 @@ def test_docs_numerics_tables_are_what_the_documented_command_prints_from_their_
             text=True,
             check=True,
         ).stdout
-        assert quoted in printed, f"the table for {name} is not what the script prints"
+        assert quoted in printed, f"the table for {names} is not what the script prints"
+
+
+def test_a_second_file_adds_its_runs_and_names_a_precision_run_twice_by_how_it_ran() -> None:
+    summarize = _summarize()
+    compiled = {"steps": 30, "models": {"gpt": {"runs": {"bf16": {}, "nvfp4": {}}}}}
+    eager = {"steps": 30, "compiled": False, "models": {"gpt": {"runs": {"nvfp4": {}}}}}
+    assert list(summarize.merged([compiled, eager])["gpt"]) == ["bf16", "nvfp4", "nvfp4 (eager)"]
+    with pytest.raises(SystemExit, match="different numbers of steps"):
+        summarize.merged([compiled, eager | {"steps": 40}])
+
+
+def test_an_unfinished_run_is_compared_with_bf16_over_the_last_steps_it_logged() -> None:
+    bf16_loss = {str(s): 2.0 for s in range(1, 101)}
+    runs = {
+        "bf16": {"final_loss": 2.0, "tokens_per_s": 100.0, "loss": bf16_loss},
+        "nvfp4": {
+            "final_loss": None,
+            "steps_logged": 40,
+            "tokens_per_s": 1.0,
+            "loss": {str(s): 2.0 if s <= 20 else 2.04 for s in range(1, 41)},
+        },
+    }
+    row = _summarize().table(runs).splitlines()[-1]
+    assert row == "| nvfp4 | 2.0400 at steps 21-40 (stopped at 40) | +2.00% | emulated | - |"
