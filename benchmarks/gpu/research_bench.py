@@ -287,8 +287,19 @@ def numerics_run(
         wait_for(api, run_id, limit_s=args.numerics_limit_s)
     except RunDidNotSucceed as failed:
         error = str(failed)
-        if not Phase(api.request("GET", f"/api/v1/runs/{run_id}")["phase"]).is_terminal:
-            api.request("POST", f"/api/v1/runs/{run_id}/cancel")
+    if error is not None and max(series(api, run_id, "loss"), default=0) == args.numerics_steps:
+        # Past its last step, saving its checkpoint (one run of the study was cancelled
+        # there): its end is worth a little more of the call.
+        try:
+            wait_for(api, run_id, limit_s=60)
+            error = None
+        except RunDidNotSucceed as failed:
+            error = str(failed)
+    if (
+        error is not None
+        and not Phase(api.request("GET", f"/api/v1/runs/{run_id}")["phase"]).is_terminal
+    ):
+        api.request("POST", f"/api/v1/runs/{run_id}/cancel")
     losses = series(api, run_id, "loss")
     rate = series(api, run_id, "tokens_per_s")
     errors = series(api, run_id, "precision/matmul_rel_error_max")
