@@ -255,6 +255,7 @@ def test_a_low_precision_run_shows_its_numerics_in_one_section(tmp_path: Path) -
         for layer, (_, last) in FP8_INPUT_AMAX.items()
     ]
     assert seen["fp8ErrorInk"] > 300
+    assert seen["fp8LossInk"] > 300, "the fp8 run's loss is drawn beside its GEMM error"
     # The drift chart's lines, the layer that moved farthest first (4x, then 2x, then none).
     assert seen["driftInk"] > 300
     farthest_first = ["blocks.1.mlp.c_fc", "blocks.10.mlp.c_proj", "blocks.0.attn.qkv"]
@@ -272,6 +273,7 @@ def test_a_low_precision_run_shows_its_numerics_in_one_section(tmp_path: Path) -
     ]
     assert seen["blockScaleCharts"] == 0
     assert seen["blockErrorInk"] > 300
+    assert seen["blockLossInk"] > 300
     assert "latest 4.7% in blocks.1.mlp.c_fc" in seen["blockErrorCaption"]
 
     assert seen["plainSections"] == 0, "a run without numerics shows no Numerics section"

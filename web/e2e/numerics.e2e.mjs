@@ -124,6 +124,7 @@ try {
   const driftInk = await ink(page, 'fp8-scale-drift');
   const driftLegend = await legend(page, 'fp8-scale-drift');
   const fp8ErrorInk = await ink(page, 'numerics-matmul-error');
+  const fp8LossInk = await ink(page, 'numerics-loss');
   await page.locator('[data-testid="chart-loss"] canvas').waitFor();
   const fp8PerLayerCharts = await perLayerCharts(page);
   const fp8Warnings = await section.getByRole('list', { name: 'Saturation warnings' }).count();
@@ -138,6 +139,7 @@ try {
   const blockHeader = await headerRows(block);
   const blockRows = await rows(block);
   const blockErrorInk = await ink(page, 'numerics-matmul-error');
+  const blockLossInk = await ink(page, 'numerics-loss');
   const blockErrorCaption = await caption(section, 'numerics-matmul-error');
   await page.locator('[data-testid="chart-loss"] canvas').waitFor();
   const blockScaleCharts = await page.locator('[data-testid="fp8-scale-drift"]').count();
@@ -172,10 +174,12 @@ try {
       fp8Warnings,
       fp8ChartRequests,
       fp8ErrorInk,
+      fp8LossInk,
       blockHeading,
       blockHeader,
       blockRows,
       blockErrorInk,
+      blockLossInk,
       blockErrorCaption,
       blockScaleCharts,
       plainSections,

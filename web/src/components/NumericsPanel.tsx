@@ -66,7 +66,9 @@ export function NumericsPanel({ runId, keys, live }: { runId: number; keys: Late
           live={live}
         />
       )}
-      {fp8 && <Fp8Numerics runId={runId} table={fp8} keys={keys} hasError={hasError} live={live} />}
+      {fp8 && (
+        <Fp8Numerics runId={runId} table={fp8} keys={keys} hasLoss={hasLoss} hasError={hasError} live={live} />
+      )}
     </section>
   );
 }
@@ -134,11 +136,15 @@ function worstBesideLoss(series: MetricSeries[]) {
 function largestDrifts(series: MetricSeries[]) {
   const drifts = scaleDrift(series, DRIFT_LINES);
   const error = series.find((one) => one.key === MATMUL_ERROR_MAX_KEY);
+  const loss = series.find((one) => one.key === LOSS_KEY);
+  // The loss on the GEMM error's step axis, so that the two line up as the emulated panel's do.
+  const steps = stepUnion([...(error ? [error] : []), ...(loss ? [loss] : [])]);
   return {
     drifts,
     data: alignOnSteps(drifts),
     labels: drifts.map((one) => one.layer),
-    error: error ? alignOnSteps([error]) : null,
+    error: error ? alignOnSteps([error], steps) : null,
+    loss: loss && error ? alignOnSteps([loss], steps) : null,
   };
 }
 
@@ -190,14 +196,7 @@ function EmulatedNumerics({
           <WorstChart title="Worst saturated share" stat="saturated" {...history.data.saturated} />
           <WorstChart title="Worst underflow share" stat="underflow" {...history.data.underflow} />
           {history.data.error && <ErrorChart data={history.data.error} table={table} />}
-          {history.data.loss && (
-            <figure className="chart">
-              <figcaption>
-                <strong>{LOSS_KEY}</strong> <span className="muted">on the same steps</span>
-              </figcaption>
-              <LineChart data={history.data.loss} labels={LOSS_LABELS} testId="numerics-loss" />
-            </figure>
-          )}
+          {history.data.loss && <LossChart data={history.data.loss} />}
           {history.data.amax.drifts.length > 0 && (
             <figure className="chart">
               <figcaption>
@@ -225,6 +224,18 @@ function EmulatedNumerics({
 }
 
 const LOSS_LABELS = [LOSS_KEY];
+
+/** The run's loss on the steps of the numerics charts beside it. */
+function LossChart({ data }: { data: uPlot.AlignedData }) {
+  return (
+    <figure className="chart">
+      <figcaption>
+        <strong>{LOSS_KEY}</strong> <span className="muted">on the same steps</span>
+      </figcaption>
+      <LineChart data={data} labels={LOSS_LABELS} testId="numerics-loss" />
+    </figure>
+  );
+}
 const STAT_LABELS: Record<ShareStat, string[]> = { saturated: ['worst saturated'], underflow: ['worst underflow'] };
 const ERROR_LABELS = ['worst GEMM error'];
 const ERROR_TITLE = 'GEMM error vs bf16';
@@ -395,12 +406,14 @@ function Fp8Numerics({
   runId,
   table,
   keys,
+  hasLoss,
   hasError,
   live,
 }: {
   runId: number;
   table: NumericsTable<Fp8Stat>;
   keys: LatestPoint[];
+  hasLoss: boolean;
   hasError: boolean;
   live: boolean;
 }) {
@@ -409,9 +422,11 @@ function Fp8Numerics({
       keysOf(keys, (key) => {
         const parsed = parseNumericsKey(key);
         const inputScale = parsed?.family === 'fp8' && parsed.stat === 'scale' && parsed.operand === 'input';
-        return inputScale || (hasError && key === MATMUL_ERROR_MAX_KEY);
+        // The loss only beside the GEMM error: a drift chart alone has nothing to line up.
+        const loss = hasLoss && hasError && key === LOSS_KEY;
+        return inputScale || loss || (hasError && key === MATMUL_ERROR_MAX_KEY);
       }),
-    [keys, hasError],
+    [keys, hasLoss, hasError],
   );
   const history = useHistory(runId, wanted, live, largestDrifts);
   const shown = columns(table, FP8_STATS);
@@ -429,6 +444,7 @@ function Fp8Numerics({
       {(drift || history.data?.error) && (
         <div className="charts">
           {history.data?.error && <ErrorChart data={history.data.error} table={table} />}
+          {history.data?.loss && <LossChart data={history.data.loss} />}
           {drift && (
             <figure className="chart">
               <figcaption>
