@@ -137,6 +137,15 @@ def wait_for(api: CrucibleClient, run_id: int, limit_s: float = 600) -> dict[str
     raise RunDidNotSucceed(f"run {run_id} did not end in {limit_s} s")
 
 
+def failure(api: CrucibleClient, run_id: int, limit_s: float) -> str | None:
+    """Why the run did not succeed within `limit_s`, or None when it did."""
+    try:
+        wait_for(api, run_id, limit_s=limit_s)
+    except RunDidNotSucceed as failed:
+        return str(failed)
+    return None
+
+
 def series(api: CrucibleClient, run_id: int, key: str) -> dict[int, float]:
     found = api.request("GET", f"/api/v1/runs/{run_id}/metrics", params={"keys": key})
     for item in found.get("series", found if isinstance(found, list) else []):
@@ -282,19 +291,11 @@ def numerics_run(
     run_id = submitted["id"]
     # One precision that fails or runs past its limit is recorded as such, with the steps it
     # logged, and the study goes on to the next: a device call has no time to start over.
-    error = None
-    try:
-        wait_for(api, run_id, limit_s=args.numerics_limit_s)
-    except RunDidNotSucceed as failed:
-        error = str(failed)
+    error = failure(api, run_id, args.numerics_limit_s)
     if error is not None and max(series(api, run_id, "loss"), default=0) == args.numerics_steps:
         # Past its last step, saving its checkpoint (one run of the study was cancelled
         # there): its end is worth a little more of the call.
-        try:
-            wait_for(api, run_id, limit_s=60)
-            error = None
-        except RunDidNotSucceed as failed:
-            error = str(failed)
+        error = failure(api, run_id, 60)
     if (
         error is not None
         and not Phase(api.request("GET", f"/api/v1/runs/{run_id}")["phase"]).is_terminal
@@ -303,16 +304,17 @@ def numerics_run(
     losses = series(api, run_id, "loss")
     rate = series(api, run_id, "tokens_per_s")
     errors = series(api, run_id, "precision/matmul_rel_error_max")
+    steps_logged = max(losses, default=0)
     last = sorted(losses)[-20:]
     return {
         "run_id": run_id,
         "error": error,
-        "steps_logged": max(losses, default=0),
+        "steps_logged": steps_logged,
         "loss": {str(step): v for step, v in sorted(losses.items())},
         # A run whose wait ran out after its last step (saving its checkpoint) is complete.
         "final_loss": (
             statistics.fmean(losses[s] for s in last)
-            if max(losses, default=0) == args.numerics_steps
+            if steps_logged == args.numerics_steps
             else None
         ),
         "tokens_per_s": median_or_none([v for s, v in rate.items() if s > 20]),

@@ -45,8 +45,7 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         if logged < LAST:
             lines.append(f"| {name} | did not finish: {logged} steps, {run.get('error')} | | | |")
             continue
-        ours = {int(s): v for s, v in run["loss"].items()}
-        theirs = {int(s): v for s, v in bf16["loss"].items()}
+        ours, theirs = curve(run), curve(bf16)
         last = sorted(ours)[-LAST:]
         partial = statistics.fmean(ours[s] for s in last)
         gap = partial / statistics.fmean(theirs[s] for s in last) - 1
@@ -61,6 +60,11 @@ LAST = 20
 """Steps whose mean loss is a run's final loss (research_bench.py's)."""
 
 
+def curve(run: dict[str, Any]) -> dict[int, float]:
+    """A run's loss by step (the results file keys steps as strings)."""
+    return {int(step): loss for step, loss in run["loss"].items()}
+
+
 def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     """The loss curves, and beneath them each precision's gap to bf16's loss at the same
     step, averaged over a sliding window: the curves alone overlap where the gaps are
@@ -71,15 +75,15 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (losses, gaps) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    bf16 = {int(s): v for s, v in runs["bf16"]["loss"].items()}
+    bf16 = curve(runs["bf16"])
     for name, run in runs.items():
-        curve = {int(s): v for s, v in run["loss"].items()}
-        if not curve:
+        loss = curve(run)
+        if not loss:
             continue
-        (line,) = losses.plot(list(curve), list(curve.values()), label=name, linewidth=1)
+        (line,) = losses.plot(list(loss), list(loss.values()), label=name, linewidth=1)
         if name != "bf16":
-            steps = [s for s in curve if s in bf16]
-            gap = [100 * (curve[s] / bf16[s] - 1) for s in steps]
+            steps = [s for s in loss if s in bf16]
+            gap = [100 * (loss[s] / bf16[s] - 1) for s in steps]
             gaps.plot(
                 steps[GAP_WINDOW - 1 :], moving_mean(gap), color=line.get_color(), linewidth=1
             )

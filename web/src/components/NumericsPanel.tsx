@@ -236,6 +236,7 @@ function LossChart({ data }: { data: uPlot.AlignedData }) {
     </figure>
   );
 }
+
 const STAT_LABELS: Record<ShareStat, string[]> = { saturated: ['worst saturated'], underflow: ['worst underflow'] };
 const ERROR_LABELS = ['worst GEMM error'];
 const ERROR_TITLE = 'GEMM error vs bf16';
