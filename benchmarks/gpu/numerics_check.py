@@ -12,10 +12,16 @@ where the suite checks them against the scalar references, and what emulation co
    float32 output) and on the CPU (float32), each against the float64 product of the
    operands' values: the largest error relative to the float64 sum of absolute products
    (float32 accumulation of n terms is bound by about n * 2**-24 of it).
-3. Cost: a 124M GPT training step (bf16 autocast, AdamW, random tokens) with its Linear
+3. Compiled roundings: every operand of each recipe rounded by the compiled quantizer
+   (`OperandQuantizer(compiled=True)`, what a run with `compile` uses) and by the eager one,
+   on the GPU: values, tensor scale and amax compared bit for bit, the shares within float32
+   summation order.
+4. Cost: a 124M GPT training step (bf16 autocast, AdamW, random tokens) with its Linear
    layers plain, emulated MXFP8 and emulated NVFP4, `--steps` timed steps after `--warmup`,
-   alternated `--repeats` times, eager and (with `--compile`) compiled too: the median step
-   of each, and the ratio to plain.
+   alternated `--repeats` times, in each of `--modes`: "eager"; "roundings", the roundings
+   compiled in an eager model (what the trainer runs with `compile`); "compiled", the whole
+   model compiled. The median step of each, and the ratio to plain (eager plain for
+   "roundings"). The warmup steps include the compiling.
 """
 
 import argparse
@@ -37,6 +43,7 @@ from crucible.workloads.numerics.recipes import (
     OperandQuantizer,
     QuantizedOperand,
 )
+from crucible.workloads.numerics.telemetry import OPERANDS
 
 
 def samples(seed: int) -> dict[str, torch.Tensor]:
@@ -123,16 +130,52 @@ def gemm_check() -> list[dict[str, Any]]:
     return rows
 
 
+def compiled_bits_check() -> list[dict[str, Any]]:
+    rows = []
+    recipes = {
+        "mxfp8": MXFP8Recipe(),
+        "mxfp8-floor-e5m2": MXFP8Recipe(scale_rounding="floor", grad_element="e5m2"),
+        "nvfp4": NVFP4Recipe(),
+        "nvfp4-nearest-1x16": NVFP4Recipe(
+            stochastic_rounding=False, hadamard=False, weight_2d_blocks=False
+        ),
+    }
+    counter = torch.tensor(3, dtype=torch.int64, device="cuda")
+    for name, recipe in recipes.items():
+        eager = OperandQuantizer(recipe, layer_seed=5)
+        compiled = OperandQuantizer(recipe, layer_seed=5, compiled=True)
+        for data, x in samples(3).items():
+            for operand in OPERANDS:
+                a, b = eager(operand, x.cuda(), counter), compiled(operand, x.cuda(), counter)
+                scales_equal = (a.tensor_scale is None and b.tensor_scale is None) or same(
+                    a.tensor_scale, b.tensor_scale
+                )
+                rows.append(
+                    {
+                        "recipe": name,
+                        "data": data,
+                        "operand": operand,
+                        "equal": same(a.values, b.values)
+                        and scales_equal
+                        and same(a.stats[2], b.stats[2]),
+                        "shares_close": bool(torch.allclose(a.stats[:2], b.stats[:2])),
+                    }
+                )
+    return rows
+
+
 def on_cuda(operand: QuantizedOperand) -> QuantizedOperand:
     return QuantizedOperand(*(t.cuda() if t is not None else None for t in operand))
 
 
-def timed_steps(fmt: str | None, steps: int, warmup: int, batch: int, compiled: bool) -> float:
+def timed_steps(fmt: str | None, mode: str, steps: int, warmup: int, batch: int) -> float:
     torch.manual_seed(0)
     model = build_model(model_preset("124M"), device="cuda")
     if fmt is not None:
-        convert_to_emulated(model, fmt)  # type: ignore[arg-type]
-    return median_train_step_s(model, batch=batch, steps=steps, warmup=warmup, compiled=compiled)
+        convert_to_emulated(model, fmt, compiled=mode == "roundings")  # type: ignore[arg-type]
+    return median_train_step_s(
+        model, batch=batch, steps=steps, warmup=warmup, compiled=mode == "compiled"
+    )
 
 
 def main() -> None:
@@ -142,27 +185,42 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", default="numerics_check.json")
-    parser.add_argument("--compile", action="store_true", help="time compiled steps too")
+    parser.add_argument(
+        "--modes",
+        default="eager,roundings",
+        help="comma-separated, of eager, roundings and compiled (see the docstring)",
+    )
     args = parser.parse_args()
+    modes = args.modes.split(",")
+    unknown = set(modes) - {"eager", "roundings", "compiled"}
+    if unknown:
+        parser.error(f"--modes {args.modes!r}: unknown {sorted(unknown)}")
 
     bits = bits_check()
     print("bits equal on CPU and CUDA:", all(r["equal"] for r in bits), flush=True)
     gemms = gemm_check()
     for row in gemms:
         print(row, flush=True)
-    modes = ("eager", "compiled") if args.compile else ("eager",)
+    compiled_bits = compiled_bits_check()
+    print(
+        "compiled roundings equal to eager:",
+        all(r["equal"] for r in compiled_bits),
+        "shares close:",
+        all(r["shares_close"] for r in compiled_bits),
+        flush=True,
+    )
+    # Plain layers have no roundings to compile: their "roundings" step is the eager one.
     step_s: dict[str, list[float]] = {
-        f"{fmt}-{mode}": [] for mode in modes for fmt in ("bf16", "mxfp8", "nvfp4")
+        f"{fmt}-{mode}": []
+        for mode in modes
+        for fmt in ("bf16", "mxfp8", "nvfp4")
+        if not (fmt == "bf16" and mode == "roundings")
     }
     for _ in range(args.repeats):
         for name in step_s:
             fmt, mode = name.split("-")
             seconds = timed_steps(
-                None if fmt == "bf16" else fmt,
-                args.steps,
-                args.warmup,
-                args.batch,
-                mode == "compiled",
+                None if fmt == "bf16" else fmt, mode, args.steps, args.warmup, args.batch
             )
             step_s[name].append(seconds)
             print(name, round(seconds * 1000, 2), "ms", flush=True)
@@ -176,16 +234,22 @@ def main() -> None:
             "bits": bits,
             "all_bits_equal": all(r["equal"] for r in bits),
             "gemm": gemms,
+            "compiled_bits": compiled_bits,
+            "all_compiled_bits_equal": all(r["equal"] for r in compiled_bits),
             "step_s": step_s,
             "median_step_s": medians,
             "emulation_slowdown": {
-                f"{fmt}-{mode}": round(medians[f"{fmt}-{mode}"] / medians[f"bf16-{mode}"], 2)
+                f"{fmt}-{mode}": round(medians[f"{fmt}-{mode}"] / medians[plain(mode)], 2)
                 for mode in modes
                 for fmt in ("mxfp8", "nvfp4")
                 if medians
             },
         },
     )
+
+
+def plain(mode: str) -> str:
+    return "bf16-eager" if mode == "roundings" else f"bf16-{mode}"
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ refused unless the run asks for emulation, trained with the numerics statistics 
 the built-in GPT and a Llama-architecture model, and resumed bitwise (nvfp4's stochastic
 rounding streams travel in the checkpoint)."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -83,6 +84,28 @@ def test_an_nvfp4_run_resumed_from_its_checkpoint_has_bitwise_the_same_losses(
     resumed = Trainer(config, TINY, records, checkpointer=DirectoryCheckpointer(tmp_path))
     assert resumed.step == 3
     assert seen + resumed.train() == expected
+
+
+@pytest.mark.slow
+def test_compile_with_nvfp4_compiles_the_roundings_and_trains_bitwise_as_eager(
+    one_digit_records: list[dict[str, Any]],
+) -> None:
+    """With an emulated precision, `compile` compiles the roundings and leaves the model eager
+    (`compiles_whole_model`): the compiled roundings give the eager ones' bits, so the losses
+    are the eager run's to the bit, and the backward's operands are logged too."""
+    records = one_digit_records[:20]
+    config = TrainConfig(
+        steps=3, batch_size=8, seed=3, precision="nvfp4", emulate_precision=True, fp8_stats_every=3
+    )
+    expected = Trainer(config, TINY, records).train()
+    torch._dynamo.utils.counters.clear()
+    compiled = Trainer(replace(config, compile=True), TINY, records)
+    logged: dict[int, dict[str, float]] = {}
+    compiled.log = lambda step, metrics: logged.__setitem__(step, metrics)
+    assert compiled.batch_loss == compiled.forward_loss
+    assert compiled.train() == expected
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0
+    assert any(k.endswith("/grad_output_t_saturated") for k in logged[3])
 
 
 @pytest.mark.parametrize("scaling", ["row", "block"])

@@ -127,7 +127,9 @@ class TrainConfig:
     """bf16 autocast for forward passes on CUDA; ignored on CPU, which always runs float32."""
 
     compile: bool = False
-    """Wrap the model in torch.compile (each block on its own under FSDP)."""
+    """Wrap the model in torch.compile (each block on its own under FSDP). With precision
+    "mxfp8" or "nvfp4", compile the emulated roundings instead and run the model eager
+    (`precision.compiles_whole_model` says why)."""
 
     precision: Literal["bf16", "fp8", "mxfp8", "nvfp4"] = "bf16"
     """Matmul precision of the transformer blocks' Linear layers (`workloads/precision.py`).

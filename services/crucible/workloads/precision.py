@@ -68,7 +68,20 @@ def apply_precision(config: TrainConfig, model: nn.Module, device: torch.device)
     elif config.precision == "fp8":
         convert_to_float8(model)
     elif config.precision in EMULATED:
-        convert_to_emulated(model, config.precision, emulated_recipe(config))  # type: ignore[arg-type]
+        convert_to_emulated(
+            model,
+            config.precision,  # type: ignore[arg-type]
+            emulated_recipe(config),
+            compiled=config.compile,
+        )
+
+
+def compiles_whole_model(config: TrainConfig) -> bool:
+    """Whether `compile` compiles the model (its step, or its blocks under FSDP). An emulated
+    precision compiles its roundings instead (`apply_precision`) and runs the model eager:
+    a whole step with six roundings a layer inlined is a graph that grows with the depth and
+    is slow to compile (docs/numerics.md)."""
+    return config.compile and config.precision not in EMULATED
 
 
 def emulated_recipe(config: TrainConfig) -> Recipe:

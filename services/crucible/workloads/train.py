@@ -41,6 +41,7 @@ from crucible.workloads.parallelize import (
 )
 from crucible.workloads.precision import (
     apply_precision,
+    compiles_whole_model,
     load_precision_state,
     precision_state,
     precision_stats,
@@ -597,7 +598,7 @@ def parallelize(config: TrainConfig, model: LanguageModel, device: torch.device)
     if _fsdp(config):
         bf16 = device.type == "cuda" and config.bf16
         apply_fsdp(model, param_dtype=torch.bfloat16 if bf16 else None)
-        if config.compile:
+        if compiles_whole_model(config):
             compile_blocks(model)
         return model
     if not dist.is_initialized():
@@ -609,8 +610,9 @@ def parallelize(config: TrainConfig, model: LanguageModel, device: torch.device)
 def compile_loss(config: TrainConfig, loss: Callable[[Batch], Tensor]) -> Callable[[Batch], Tensor]:
     """`loss` (forward and loss) compiled as one graph with `compile`; under DDP dynamo
     splits it at the gradient buckets. Under FSDP the blocks are compiled instead
-    (`parallelize`), since its hooks sit between them."""
-    if not config.compile or _fsdp(config):
+    (`parallelize`), since its hooks sit between them; with an emulated precision, only its
+    roundings (`compiles_whole_model`)."""
+    if not compiles_whole_model(config) or _fsdp(config):
         return loss
     return torch.compile(loss)
 

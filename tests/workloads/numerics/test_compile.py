@@ -11,7 +11,8 @@ from crucible.workloads.numerics.emulated_linear import (
     load_rounding_states,
     rounding_states,
 )
-from crucible.workloads.numerics.recipes import NVFP4Recipe
+from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
+from crucible.workloads.numerics.telemetry import OPERANDS
 
 
 def _model(kind: str) -> nn.Module:
@@ -79,3 +80,35 @@ def test_nvfp4s_stochastic_rounding_compiles_whole_and_reproducibly() -> None:
     assert (again_loss, torch.equal(again_grad, first_grad)) == (first_loss, True)
     next_loss, next_grad = _loss_and_grad(compiled, x)
     assert next_loss == first_loss and not torch.equal(next_grad, first_grad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mxfp8-floor-e5m2", "nvfp4"])
+def test_compiled_roundings_give_the_eager_roundings_bits(name: str) -> None:
+    """What a run with `compile` and an emulated precision uses (`compiles_whole_model`):
+    every operand, stochastic rounding and the Hadamard transform included, on shapes that
+    share the compiled graphs, rounds to the eager quantizer's bits."""
+    recipe = (
+        NVFP4Recipe()
+        if name == "nvfp4"
+        else MXFP8Recipe(scale_rounding="floor", grad_element="e5m2")
+    )
+    eager = OperandQuantizer(recipe, layer_seed=3)
+    compiled = OperandQuantizer(recipe, layer_seed=3, compiled=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    generator = torch.Generator().manual_seed(0)
+    for shape in ((128, 256), (96, 512)):
+        wide = torch.randn(shape, generator=generator) * torch.exp2(
+            torch.randint(-30, 30, shape, generator=generator).float()
+        )
+        wide[::5] = 0
+        for operand in OPERANDS:
+            counter = torch.tensor(7)
+            want, got = eager(operand, wide, counter), compiled(operand, wide, counter)
+            assert torch.equal(got.values, want.values), (shape, operand)
+            if want.tensor_scale is not None:
+                assert torch.equal(got.tensor_scale, want.tensor_scale), (shape, operand)
+            assert torch.equal(got.stats, want.stats), (shape, operand)
+    # One graph per combination of the format's options, whatever the shape or layer.
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= (3 if name == "nvfp4" else 2)

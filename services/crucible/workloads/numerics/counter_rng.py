@@ -32,8 +32,9 @@ def _mul32(x: Tensor, constant: int) -> Tensor:
     return (low + high) & MASK32
 
 
-def stream_key(stream: int, counter: Tensor) -> Tensor:
-    """int64 (): the key of draw number `counter` (an int64 tensor) of stream `stream`."""
+def stream_key(stream: int | Tensor, counter: Tensor) -> Tensor:
+    """int64 (): the key of draw number `counter` (an int64 tensor) of stream `stream` (an int
+    or an int64 tensor: the same key)."""
     low = hash32((counter & MASK32) ^ (stream & MASK32))
     return hash32(low ^ ((counter >> 32) & MASK32))
 

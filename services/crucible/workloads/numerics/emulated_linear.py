@@ -138,11 +138,12 @@ class EmulatedLinear(nn.Linear):
         *,
         recipe: Recipe,
         layer_seed: int = 0,
+        compiled: bool = False,
     ) -> None:
         super().__init__(in_features, out_features, bias=bias)
         _check_features(in_features, out_features, recipe)
         self.recipe = recipe
-        self.quantize = OperandQuantizer(recipe, layer_seed=layer_seed)
+        self.quantize = OperandQuantizer(recipe, layer_seed=layer_seed, compiled=compiled)
         self.sample_error = False
         self.register_buffer(SHARES_BUFFER, empty_shares(self.weight.device), persistent=False)
         self.register_buffer(
@@ -186,6 +187,7 @@ def convert_to_emulated(
     options: Recipe | None = None,
     *,
     skip: tuple[str, ...] = ("lm_head",),
+    compiled: bool = False,
 ) -> int:
     """Swap every nn.Linear in `model` (except those named in `skip`) for an EmulatedLinear
     sharing its parameters; returns how many were swapped.
@@ -193,7 +195,8 @@ def convert_to_emulated(
     `options` defaults to the format's recipe (MXFP8Recipe() or NVFP4Recipe()). The tied output
     head stays in full precision by default, as with fp8.convert_to_float8: it is also the
     embedding, and its logits feed the softmax directly. Every layer gets its own
-    stochastic-rounding stream, numbered in module order.
+    stochastic-rounding stream, numbered in module order. With `compiled`, the roundings run
+    compiled (OperandQuantizer) in the otherwise eager layers.
     """
     if fmt not in RECIPES:
         raise ValueError(f"numerics format {fmt!r}: use one of {sorted(RECIPES)}")
@@ -210,6 +213,7 @@ def convert_to_emulated(
             bias=child.bias is not None,
             recipe=recipe,
             layer_seed=number,
+            compiled=compiled,
         ),
         skip=skip,
     )

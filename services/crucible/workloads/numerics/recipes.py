@@ -20,9 +20,12 @@ The paper also keeps some layers (mostly the last ones) in high precision; which
 `convert_to_emulated`'s skip list.
 """
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import torch
 from torch import Tensor
 
 from crucible.workloads.numerics import counter_rng, mxfp8, nvfp4
@@ -83,9 +86,16 @@ WGRAD_OPERANDS = ("grad_output_t", "input_t")
 
 
 class OperandQuantizer:
-    """Rounds one layer's GEMM operands through its recipe's format and back to float32."""
+    """Rounds one layer's GEMM operands through its recipe's format and back to float32.
 
-    def __init__(self, recipe: Recipe, *, layer_seed: int = 0) -> None:
+    With `compiled`, the rounding runs as torch.compile'd graphs (dynamic shapes, a few per
+    format, shared by every layer) inside an eager model. Compiling the model's whole step
+    instead inlines six roundings per layer into one graph, which grows with the depth and
+    takes Inductor long to compile; eager, each rounding is dozens of kernels over the
+    operand, the stochastic draws' integer hash most of them.
+    """
+
+    def __init__(self, recipe: Recipe, *, layer_seed: int = 0, compiled: bool = False) -> None:
         self.recipe = recipe
         # One stream per layer and operand: layers sharing a stream would make each layer's
         # rounding depend on how many layers ran before it.
@@ -93,6 +103,8 @@ class OperandQuantizer:
         self._rounding_seed = recipe_seed * 1_000_003 + layer_seed
         rotates = isinstance(recipe, NVFP4Recipe) and recipe.hadamard
         self._hadamard = random_hadamard(recipe_seed) if rotates else None
+        self._round_mxfp8 = compiled_rounding(round_mxfp8) if compiled else round_mxfp8
+        self._round_nvfp4 = compiled_rounding(round_nvfp4) if compiled else round_nvfp4
 
     def __call__(self, operand: str, t: Tensor, counter: Tensor) -> QuantizedOperand:
         """t through the format and back, with its telemetry.STATS.
@@ -103,30 +115,51 @@ class OperandQuantizer:
         for the operand (counter_rng.py).
         """
         t = t.float()
-        quantized: mxfp8.MXFP8Tensor | nvfp4.NVFP4Tensor
         if isinstance(self.recipe, MXFP8Recipe):
             element = (
                 self.recipe.grad_element if operand in GRADIENT_OPERANDS else self.recipe.element
             )
-            quantized = mxfp8.quantize_mxfp8(
-                t, element=element, scale_rounding=self.recipe.scale_rounding
-            )
-        else:
-            if operand in WGRAD_OPERANDS and self._hadamard is not None:
-                t = apply_hadamard(t, self._hadamard)
-            stochastic = self.recipe.stochastic_rounding and operand in GRADIENT_OPERANDS
-            quantized = nvfp4.quantize_nvfp4(
-                t,
-                stochastic=stochastic,
-                uniform=self._draws(operand, t, counter) if stochastic else None,
-                two_d_blocks=self.recipe.weight_2d_blocks and operand in ("weight", "weight_t"),
-            )
-        if isinstance(quantized, nvfp4.NVFP4Tensor):
-            values, tensor_scale = quantized.block_values(), quantized.tensor_scale
-        else:
-            values, tensor_scale = quantized.dequantize(), None
-        return QuantizedOperand(values, tensor_scale, operand_stats(t, quantized, values))
+            return self._round_mxfp8(t, element, self.recipe.scale_rounding)
+        if operand in WGRAD_OPERANDS and self._hadamard is not None:
+            # Eager, outside the compiled rounding: a 16-wide matmul whose sums Inductor
+            # could order differently from the eager kernel's.
+            t = apply_hadamard(t, self._hadamard)
+        stochastic = self.recipe.stochastic_rounding and operand in GRADIENT_OPERANDS
+        two_d = self.recipe.weight_2d_blocks and operand in ("weight", "weight_t")
+        counter = counter.to(t.device)
+        stream = self._stream(operand, counter) if stochastic else None
+        return self._round_nvfp4(t, two_d, stream, counter)
 
-    def _draws(self, operand: str, t: Tensor, counter: Tensor) -> Tensor:
-        stream = self._rounding_seed * len(GRADIENT_OPERANDS) + GRADIENT_OPERANDS.index(operand)
-        return counter_rng.uniform(t.shape, counter_rng.stream_key(stream, counter.to(t.device)))
+    def _stream(self, operand: str, counter: Tensor) -> Tensor:
+        # A tensor, not an int: a compiled rounding would specialise on an int and compile
+        # again for every layer.
+        number = self._rounding_seed * len(GRADIENT_OPERANDS) + GRADIENT_OPERANDS.index(operand)
+        return torch.full_like(counter, number)
+
+
+def round_mxfp8(
+    t: Tensor, element: mxfp8.Element, scale_rounding: mxfp8.ScaleRounding
+) -> QuantizedOperand:
+    quantized = mxfp8.quantize_mxfp8(t, element=element, scale_rounding=scale_rounding)
+    values = quantized.dequantize()
+    return QuantizedOperand(values, None, operand_stats(t, quantized, values))
+
+
+def round_nvfp4(
+    t: Tensor, two_d_blocks: bool, stream: Tensor | None, counter: Tensor
+) -> QuantizedOperand:
+    """Rounded stochastically, from draw `counter` of `stream`, where a stream is given."""
+    uniform = None
+    if stream is not None:
+        uniform = counter_rng.uniform(t.shape, counter_rng.stream_key(stream, counter))
+    quantized = nvfp4.quantize_nvfp4(
+        t, stochastic=stream is not None, uniform=uniform, two_d_blocks=two_d_blocks
+    )
+    values = quantized.block_values()
+    return QuantizedOperand(values, quantized.tensor_scale, operand_stats(t, quantized, values))
+
+
+@functools.cache
+def compiled_rounding(rounding: Callable[..., QuantizedOperand]) -> Callable[..., QuantizedOperand]:
+    """One compiled wrapper a function, so every layer shares its graphs."""
+    return torch.compile(rounding, dynamic=True)
