@@ -20,8 +20,6 @@ def _model(kind: str) -> nn.Module:
     model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256))
     if kind.startswith("fp8-"):
         convert_to_scaled_float8(model, kind.removeprefix("fp8-"), native=False)  # type: ignore[arg-type]
-    elif kind == "nvfp4-nearest":
-        convert_to_emulated(model, "nvfp4", NVFP4Recipe(stochastic_rounding=False))
     else:
         convert_to_emulated(model, kind)  # type: ignore[arg-type]
     return model
@@ -36,8 +34,11 @@ def _loss_and_grad(model: nn.Module, x: torch.Tensor) -> tuple[float, torch.Tens
     return loss.item(), first.grad.clone()
 
 
+# The trainer compiles fine-scaled fp8 layers whole; the emulated formats' roundings it compiles
+# on their own (test_compiled_roundings_...), but a model holding emulated layers still
+# compiles whole, as the stochastic nvfp4 test below shows.
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["fp8-block", "mxfp8", "nvfp4-nearest"])
+@pytest.mark.parametrize("kind", ["fp8-block"])
 def test_a_layer_compiles_without_a_graph_break_and_matches_eager(kind: str) -> None:
     model = _model(kind)
     x = torch.randn(256, 256, generator=torch.Generator().manual_seed(1))
@@ -57,8 +58,7 @@ def test_a_layer_compiles_without_a_graph_break_and_matches_eager(kind: str) -> 
     first = next(m for m in model.modules() if hasattr(m, "sample_error"))
     first.sample_error = True
     _loss_and_grad(torch.compile(model), x)
-    # E2M1's one mantissa bit errs far more than the 8-bit formats.
-    assert 0 < first.get_buffer("matmul_rel_error").item() < (0.3 if "nvfp4" in kind else 0.1)
+    assert 0 < first.get_buffer("matmul_rel_error").item() < 0.1
 
 
 @pytest.mark.slow
