@@ -20,8 +20,6 @@ The paper also keeps some layers (mostly the last ones) in high precision; which
 `convert_to_emulated`'s skip list.
 """
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -29,6 +27,7 @@ import torch
 from torch import Tensor
 
 from crucible.workloads.numerics import counter_rng, mxfp8, nvfp4
+from crucible.workloads.numerics.compiled_rounding import compiled_rounding
 from crucible.workloads.numerics.hadamard import apply_hadamard, random_hadamard
 from crucible.workloads.numerics.telemetry import operand_stats
 
@@ -114,7 +113,13 @@ class OperandQuantizer:
         Stochastic rounding draws number `counter` (an int64 tensor) of this layer's stream
         for the operand (counter_rng.py).
         """
-        t = t.float()
+        # Plain, contiguous float32 with autocast off: what a compiled rounding takes without
+        # compiling again (compiled_rounding.py).
+        t = t.detach().float().contiguous()
+        with torch.autocast(t.device.type, enabled=False):
+            return self._round(operand, t, counter)
+
+    def _round(self, operand: str, t: Tensor, counter: Tensor) -> QuantizedOperand:
         if isinstance(self.recipe, MXFP8Recipe):
             element = (
                 self.recipe.grad_element if operand in GRADIENT_OPERANDS else self.recipe.element
@@ -157,9 +162,3 @@ def round_nvfp4(
     )
     values = quantized.block_values()
     return QuantizedOperand(values, quantized.tensor_scale, operand_stats(t, quantized, values))
-
-
-@functools.cache
-def compiled_rounding(rounding: Callable[..., QuantizedOperand]) -> Callable[..., QuantizedOperand]:
-    """One compiled wrapper a function, so every layer shares its graphs."""
-    return torch.compile(rounding, dynamic=True)
