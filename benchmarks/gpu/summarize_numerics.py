@@ -122,17 +122,24 @@ def main() -> None:
 def merged(studies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Each model's runs over several results files of the same study (same steps); a
     precision a file before already ran is named after how the later one ran it, e.g.
-    `nvfp4 (eager)`."""
+    `nvfp4 (eager)`, and a later run of it the same way replaces the earlier."""
     if len({study["steps"] for study in studies}) > 1:
         raise SystemExit("the results files ran different numbers of steps")
     found: dict[str, dict[str, dict[str, Any]]] = {}
     for study in studies:
-        how = "compiled" if study.get("compiled", True) else "eager"
         for model, runs in models(study).items():
             into = found.setdefault(model, {})
             for name, run in runs.items():
-                into[f"{name} ({how})" if name in into else name] = run
+                into[f"{name} ({how_run(study, name)})" if name in into else name] = run
     return found
+
+
+def how_run(study: dict[str, Any], precision: str) -> str:
+    if not study.get("compiled", True):
+        return "eager"
+    if precision in EMULATED and study.get("emulated_compile") == "roundings":
+        return "compiled roundings"
+    return "compiled"
 
 
 def models(study: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
