@@ -209,13 +209,9 @@ def main() -> None:
         all(r["shares_close"] for r in compiled_bits),
         flush=True,
     )
-    # Plain layers have no roundings to compile: their "roundings" step is the eager one.
-    step_s: dict[str, list[float]] = {
-        f"{fmt}-{mode}": []
-        for mode in modes
-        for fmt in ("bf16", "mxfp8", "nvfp4")
-        if not (fmt == "bf16" and mode == "roundings")
-    }
+    # Plain layers have no roundings to compile: "roundings" compares with the eager step.
+    step_s: dict[str, list[float]] = {plain(mode): [] for mode in modes}
+    step_s |= {f"{fmt}-{mode}": [] for mode in modes for fmt in ("mxfp8", "nvfp4")}
     for _ in range(args.repeats):
         for name in step_s:
             fmt, mode = name.split("-")

@@ -103,3 +103,14 @@ def test_an_unfinished_run_is_compared_with_bf16_over_the_last_steps_it_logged()
     }
     row = _summarize().table(runs).splitlines()[-1]
     assert row == "| nvfp4 | 2.0400 at steps 21-40 (stopped at 40) | +2.00% | emulated | - |"
+
+
+def test_compiled_roundings_are_named_so_and_a_later_run_made_the_same_way_replaces_it() -> None:
+    summarize = _summarize()
+    whole_step = {"steps": 30, "models": {"gpt": {"runs": {"bf16": {}, "nvfp4": {"run": 1}}}}}
+    roundings = {"steps": 30, "emulated_compile": "roundings"}
+    first = roundings | {"models": {"gpt": {"runs": {"nvfp4": {"run": 2}, "bf16": {"run": 3}}}}}
+    again = roundings | {"models": {"gpt": {"runs": {"nvfp4": {"run": 4}}}}}
+    found = summarize.merged([whole_step, first, again])["gpt"]
+    assert list(found) == ["bf16", "nvfp4", "nvfp4 (compiled roundings)", "bf16 (compiled)"]
+    assert found["nvfp4 (compiled roundings)"] == {"run": 4}
