@@ -102,7 +102,7 @@ def numerics_saturation(**options: Any) -> LatestRunValue:
     return LatestRunValue(
         NUMERICS_SATURATED_MAX,
         "crucible_run_numerics_saturated_share",
-        "The largest share of a quantized operand's values clamped at its format's maximum, "
+        "The largest share of a quantized operand's values its format's maximum clipped, "
         "over a low-precision run's layers, as the run last reported it to this API replica.",
         **options,
     )

@@ -2,8 +2,9 @@
 here so that neither imports the other."""
 
 NUMERICS_SATURATED_MAX = "precision/saturated_max"
-"""A low-precision run's largest share of a quantized operand's values clamped at the format's
-maximum, over its layers and operands, at the steps it logs its numerics statistics."""
+"""A low-precision run's largest share of a quantized operand's values that the format's
+maximum clipped (values that would have rounded past it), over its layers and operands, at
+the steps it logs its numerics statistics."""
 
 NUMERICS_UNDERFLOW_MAX = "precision/underflow_max"
 """The same for values that were non-zero and came back zero."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from crucible.workloads.numerics import reference
-from crucible.workloads.numerics.mxfp8 import fake_quantize_mxfp8, quantize_mxfp8
+from crucible.workloads.numerics.mxfp8 import ELEMENT_MAX, fake_quantize_mxfp8, quantize_mxfp8
 
 ELEMENTS = ("e4m3", "e5m2")
 ROUNDINGS = ("floor", "ceil")
@@ -113,6 +113,22 @@ def test_scale_rounding_decides_whether_the_block_max_saturates() -> None:
     assert ceil.scale_bits.tolist() == [[128]]  # 500 / 448 rounds up to 2**1
     assert ceil.dequantize()[0, 0].item() == 512.0  # 250 rounds to 256 (E4M3 steps of 16)
     assert not ceil.saturated.any()
+
+
+@pytest.mark.parametrize(
+    ("element", "rounds_to_max", "clipped"), [("e4m3", 464.0, 465.0), ("e5m2", 61000.0, 61440.0)]
+)
+def test_a_value_that_rounds_to_the_max_anyway_is_not_saturated(
+    element, rounds_to_max, clipped
+) -> None:
+    """Between the max and the midpoint to the next value its grid would have, a value
+    rounds to the max whether or not the format stops there; past it, the max clips it."""
+    x = torch.full((2, 32), 0.5)
+    x[0, 0], x[1, 0] = rounds_to_max, clipped  # "floor" keeps scale 2**0 for both
+    q = quantize_mxfp8(x, element=element, scale_rounding="floor")
+    assert q.scale_bits.tolist() == [[127], [127]]
+    assert q.dequantize()[:, 0].tolist() == [ELEMENT_MAX[element]] * 2
+    assert q.saturated[:, 0].tolist() == [False, True] and q.saturated.sum().item() == 1
 
 
 def test_an_all_zero_block_gets_the_smallest_scale() -> None:

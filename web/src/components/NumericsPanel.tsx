@@ -22,7 +22,7 @@ import {
   sharePercent,
   stepUnion,
   tableMax,
-  warningText,
+  warningLines,
   worstError,
   worstSeries,
   type EmulatedStat,
@@ -183,8 +183,8 @@ function EmulatedNumerics({
             {sharePercent(SATURATION_WARNING)} at the latest step:
           </strong>
           <ul aria-label="Saturation warnings">
-            {warnings.map((warning) => (
-              <li key={`${warning.layer}/${warning.operand}`}>{warningText(warning)}</li>
+            {warningLines(warnings).map((line) => (
+              <li key={line}>{line}</li>
             ))}
           </ul>
         </div>
@@ -213,7 +213,7 @@ function EmulatedNumerics({
       )}
       <h3 id="numerics-shares-heading">Latest shares by layer</h3>
       <p className="muted small">
-        Saturated: the operand&apos;s values clamped to the format&apos;s largest. Underflow: its non-zero
+        Saturated: the operand&apos;s values the format&apos;s largest clipped (they would have rounded past it). Underflow: its non-zero
         values that came back zero. At each layer&apos;s latest logged step, the worst saturation first; a
         share of {sharePercent(SATURATION_WARNING)} or more saturated is marked.
         {hasErrorColumn(table) && ` ${ERROR_EXPLAINED}`}

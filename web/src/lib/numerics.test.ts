@@ -4,6 +4,7 @@ import type { MetricSeries } from '../api/client';
 import {
   MATMUL_ERROR_MAX_KEY,
   SATURATION_WARNING,
+  WARNINGS_LISTED,
   alignOnSteps,
   amaxDrift,
   chunkKeys,
@@ -17,6 +18,7 @@ import {
   shade,
   sharePercent,
   tableMax,
+  warningLines,
   warningText,
   worstError,
   worstSeries,
@@ -236,6 +238,19 @@ describe('saturationWarnings', () => {
       { layer: 'a', operand: 'input', share: SATURATION_WARNING },
     ]);
     expect(warnings[0] && warningText(warnings[0])).toBe('layer b saturates 3.2% of its grad_output');
+  });
+
+  it('lists the worst few warnings by name and counts the rest', () => {
+    const many = Array.from({ length: WARNINGS_LISTED + 3 }, (_, i) => ({
+      layer: `blocks.${i}`,
+      operand: 'input',
+      share: 0.05 - i * 0.001,
+    }));
+    const lines = warningLines(many);
+    expect(lines).toHaveLength(WARNINGS_LISTED + 1);
+    expect(lines[0]).toBe('layer blocks.0 saturates 5% of its input');
+    expect(lines.at(-1)).toBe('and 3 more, marked in the table below');
+    expect(warningLines(many.slice(0, 2))).toHaveLength(2);
   });
 });
 

@@ -24,11 +24,16 @@ export const MATMUL_ERROR = 'matmul_rel_error';
 // The run-level series services/crucible/domain/metric_keys.py NUMERICS_MATMUL_ERROR_MAX names.
 export const MATMUL_ERROR_MAX_KEY = 'precision/matmul_rel_error_max';
 
-// MXFP8's default (ceil) scale rounding saturates nothing by construction, and the floor
-// rounding or NVFP4's short range only a block's largest value now and then. A share of 1%
-// of an operand clamped is no longer the odd outlier but its tail cut off in bulk: the
-// scales lag the data or the format's range is too short for it, and the loss tends to follow.
+// MXFP8's default (ceil) scale rounding saturates nothing by construction, the floor rounding
+// only a block's largest value now and then, and NVFP4 only blocks whose scales fall among
+// E4M3's coarse subnormals. A share of 1% of an operand clipped is no longer the odd outlier
+// but its tail cut off in bulk: the scales lag the data or the format's range is too short
+// for it, and the loss tends to follow.
 export const SATURATION_WARNING = 0.01;
+
+// Warnings listed by name: a recipe gone wrong saturates in every layer at once, and a list of
+// all of them (192 operands at 124M) would push the charts off the page.
+export const WARNINGS_LISTED = 5;
 
 // Lines on a drift chart: past about six, the colours repeat and the legend outgrows it.
 export const DRIFT_LINES = 6;
@@ -186,6 +191,13 @@ export function saturationWarnings(table: NumericsTable<EmulatedStat>): Saturati
 
 export function warningText({ layer, operand, share }: SaturationWarning): string {
   return `layer ${layer} saturates ${sharePercent(share)} of its ${operand}`;
+}
+
+/** The worst WARNINGS_LISTED warnings' lines, and one counting the rest. */
+export function warningLines(warnings: SaturationWarning[]): string[] {
+  const lines = warnings.slice(0, WARNINGS_LISTED).map(warningText);
+  const rest = warnings.length - WARNINGS_LISTED;
+  return rest > 0 ? [...lines, `and ${rest} more, marked in the table below`] : lines;
 }
 
 /** "3.2%", "0.041%", "0%": two significant digits, since a share of a few in ten thousand

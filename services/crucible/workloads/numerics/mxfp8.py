@@ -44,6 +44,13 @@ ELEMENT_EMAX: dict[Element, int] = {"e4m3": 8, "e5m2": 15}
 ELEMENT_MAX: dict[Element, float] = {
     k: float(torch.finfo(v).max) for k, v in ELEMENT_DTYPES.items()
 }
+ELEMENT_SATURATION: dict[Element, float] = {
+    "e4m3": float(torch.nextafter(torch.tensor(464.0), torch.tensor(float("inf")))),
+    "e5m2": 61440.0,
+}
+"""The smallest scaled magnitude that the format's max clips: the midpoint between the max
+and the next value its grid would have (480 and 65536), ties going to the even one (448's
+code is even, 57344's odd). Below it a value rounds to the max anyway."""
 ELEMENT_NAN_BITS = 0x7F
 """A positive NaN in both E4M3FN and E5M2."""
 E8M0_BIAS = 127
@@ -60,7 +67,8 @@ class MXFP8Tensor:
     scale_bits: Tensor
     """uint8, the input's shape with the last dimension divided by 32: the E8M0 encodings."""
     saturated: Tensor
-    """bool, the input's shape: elements whose scaled magnitude exceeded the format's max."""
+    """bool, the input's shape: elements the format's max clipped, which round-to-nearest on
+    its grid continued would have taken past it (`ELEMENT_SATURATION`)."""
 
     def scales(self) -> Tensor:
         """float32 2**(bits - 127), NaN where the bits are 255."""
@@ -97,7 +105,7 @@ def quantize_mxfp8(
     # flushes it to zero anyway.
     scaled = blocks * _exact_pow2(-exponent).unsqueeze(-1)
     fp8_max = ELEMENT_MAX[element]
-    saturated = (scaled.abs() > fp8_max) & finite.unsqueeze(-1)
+    saturated = (scaled.abs() >= ELEMENT_SATURATION[element]) & finite.unsqueeze(-1)
     # torch's float8 casts round to nearest even but turn overflow into NaN (e4m3fn) or inf
     # (e5m2); clamping first makes them saturate, and a value just above the max rounds to
     # the max under round-to-nearest anyway.

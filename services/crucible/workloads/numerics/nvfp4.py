@@ -14,7 +14,8 @@ kernels), step by step in float32, because the order of the roundings decides th
 so a block's amax lands on 6 and the block scales span E4M3's range for the tensor's amax:
 the block scale is block_amax / 6 divided by the tensor scale amax / (6 * 448), rounded to
 E4M3. Elements round to nearest, ties to even, and saturate at 6 (a block's amax can land a
-hair above 6 after the scale's rounding). A block whose scale rounds to zero (its amax is
+hair above 6 after the scale's rounding; far above it only where the block's scale is an
+E4M3 subnormal, whose steps are coarse). A block whose scale rounds to zero (its amax is
 below about 2**-10 / 448 of the tensor's) dequantizes to zero, whatever its elements.
 
 Options:
@@ -38,6 +39,10 @@ from torch import Tensor
 
 BLOCK_SIZE = 16
 E2M1_MAX = 6.0
+E2M1_SATURATION = 7.0
+"""The smallest scaled magnitude that E2M1's max clips: the midpoint between 6 and the 8 its
+grid would have next, a tie going to 8 (the even code). A block's amax lands up to 6 * 17/16
+after its E4M3 scale's rounding, which rounds to 6 anyway and is not counted."""
 E4M3_MAX = 448.0
 E4M3_NAN_BITS = 0x7F
 SIGN_BIT = 0x8
@@ -58,7 +63,8 @@ class NVFP4Tensor:
     tensor_scale: Tensor
     """float32 scalar: the decode scale, tensor_amax / (6 * 448) up to rounding."""
     saturated: Tensor
-    """bool, the input's shape: elements whose scaled magnitude exceeded 6."""
+    """bool, the input's shape: elements the max of 6 clipped, which round-to-nearest on the
+    grid continued would have taken past it (`E2M1_SATURATION`)."""
 
     def dequantize(self) -> Tensor:
         """float32 values: element * block scale (exact) * tensor scale (one rounding)."""
@@ -110,7 +116,7 @@ def quantize_nvfp4(
     scaled = (blocks * block_encode.unsqueeze(-1)).reshape(x.shape)
     # A block whose scale rounded to zero is flushed, not saturated.
     scale_nonzero = _per_element(block_decode.float() > 0)
-    saturated = (scaled.abs() > E2M1_MAX) & scale_nonzero & finite
+    saturated = (scaled.abs() >= E2M1_SATURATION) & scale_nonzero & finite
     clamped = scaled.clamp(-E2M1_MAX, E2M1_MAX)
     if stochastic:
         if uniform is None:

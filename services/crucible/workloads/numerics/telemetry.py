@@ -1,8 +1,9 @@
 """How much each quantized GEMM operand loses at the ends of its format's range: the share of
-values clipped at the format's max (saturation) and the share of non-zero values that come back
-as zero (underflow), beside the operand's amax (logged every few steps, its history). A trainer
-logs them to see a recipe going wrong before the loss does; and, on sampled steps, how far each
-low-precision GEMM's output is from bf16's (`matmul_relative_error`).
+values the format's max clipped, which would have rounded past it (saturation), and the share
+of non-zero values that come back as zero (underflow), beside the operand's amax (logged every
+few steps, its history). A trainer logs them to see a recipe going wrong before the loss does;
+and, on sampled steps, how far each low-precision GEMM's output is from bf16's
+(`matmul_relative_error`).
 
 Each emulated layer keeps the shares of its last call in a buffer (row per operand, in OPERANDS
 order; columns in STATS order), updated in place with no host sync; `numerics_stats` reads all
@@ -35,7 +36,7 @@ def empty_shares(device: torch.device | None = None) -> Tensor:
 
 
 def operand_stats(x: Tensor, quantized: Quantized, values: Tensor) -> Tensor:
-    """float32 (3,), in STATS order: the share of x's values clipped at the format max, the
+    """float32 (3,), in STATS order: the share of x's values the format's max clipped, the
     share that were non-zero and dequantize to zero, and x's largest magnitude. `values` are
     x's through the format, with or without a per-tensor scale (zero either way)."""
     underflow = (x != 0) & (values == 0)
