@@ -1,6 +1,9 @@
 """The low-precision layers under torch.compile: traced whole (no graph break), and computing
 what the eager layers compute."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -112,3 +115,17 @@ def test_compiled_roundings_give_the_eager_roundings_bits(name: str) -> None:
             assert torch.equal(got.stats, want.stats), (shape, operand)
     # One graph per combination of the format's options, whatever the shape or layer.
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= (3 if name == "nvfp4" else 2)
+
+
+def test_importing_the_trainer_loads_no_triton() -> None:
+    """Triton's bindings print a leak report on stderr at exit; a job that imported it only
+    through compiled_rounding.py's module level ended its log with that report instead of
+    its own error (tests/workloads/test_environment_jobs.py failed on it)."""
+    probe = (
+        "import sys; import crucible.workloads.train, crucible.workloads.rollout; "
+        "print('triton' in sys.modules)"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "False"

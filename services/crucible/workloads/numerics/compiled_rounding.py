@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
-from torch._inductor import config as inductor_config
 
 Rounding = TypeVar("Rounding", bound=Callable[..., object])
 
@@ -36,6 +35,10 @@ def compiled_rounding(rounding: Rounding) -> Rounding:
 
 
 def eager_numerics() -> dict[str, str | int | bool | Callable[..., Any]]:
+    # Imported here: Inductor's config loads Triton, whose bindings report leaks on stderr at
+    # exit, the last lines of every job's log that imported this module and never compiled.
+    from torch._inductor import config as inductor_config
+
     known = inductor_config.get_config_copy()
     division = [key for key in DIVISION_KEYS if key in known]
     if not division:
