@@ -272,7 +272,7 @@ def test_an_environment_returning_the_wrong_count_fails_naming_it(
     )
     finished = job.result()
     assert finished.returncode == 1, finished.output
-    assert expected in finished.output.strip().splitlines()[-1]
+    assert expected in finished.termination_message, finished.output
 
 
 def test_a_dataset_record_without_a_prompt_exits_2_naming_record_and_field(
@@ -288,10 +288,10 @@ def test_a_dataset_record_without_a_prompt_exits_2_naming_record_and_field(
     )
     finished = job.result()
     assert finished.returncode == 2, finished.output
-    assert finished.output.strip().splitlines()[-1] == (
-        "crucible.workloads.rollout: dataset no-prompt@1 record 2 has neither a 'prompt' nor "
-        "a 'messages' field; its fields: question"
-    )
+    assert finished.termination_message == (
+        "dataset no-prompt@1 record 2 has neither a 'prompt' nor a 'messages' field; its "
+        "fields: question"
+    ), finished.output
 
 
 @pytest.mark.parametrize(
@@ -325,8 +325,7 @@ def test_a_bad_environment_exits_2_naming_it_before_the_model_loads(
     run_id = rollout_of(platform, 1, environment=environment)
     finished = platform.start("rollout", run_id, checkpoint=1, cwd=WORKDIR).result()
     assert finished.returncode == 2, finished.output
-    last = finished.output.strip().splitlines()[-1]
-    assert last.startswith(f"crucible.workloads.rollout: {expected}"), last
+    assert finished.termination_message.startswith(expected), finished.output
     assert "model of checkpoint" not in finished.output
 
 

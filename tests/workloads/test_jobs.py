@@ -25,6 +25,7 @@ import pytest
 from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
 from crucible.core import run_profiles
+from crucible.domain import contract
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.profiles import ProfileSummary
 from crucible.schemas.runs import AttemptEnd, AttemptStart, RunSubmit
@@ -61,6 +62,8 @@ class Finished:
     returncode: int
     output: str
     seconds: float
+    termination_message: str
+    """What the job left where the executor reads why it stopped: the run's message."""
 
 
 class Job:
@@ -75,6 +78,7 @@ class Job:
         replicas: int = 1,
     ) -> None:
         self.module = module
+        self.termination_log = Path(env[contract.TERMINATION_LOG_ENV])
         self.label = label
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -133,8 +137,9 @@ class Job:
                 self.process.wait()
             self._reader.join(10)
             ended = self.ended or time.monotonic()
+            left = self.termination_log.read_text() if self.termination_log.exists() else ""
             self._finished = Finished(
-                self.process.returncode, "".join(self.lines), ended - self.started
+                self.process.returncode, "".join(self.lines), ended - self.started, left
             )
         return self._finished
 
@@ -195,6 +200,12 @@ class Platform:
             "CRUCIBLE_SPEC": json.dumps(spec),
             "CRUCIBLE_INPUTS": json.dumps({"datasets": datasets or [], "checkpoint": checkpoint}),
         }
+        # As the executor gives each attempt one (executor.launch.termination_log_path): the
+        # tests read a failure's reason where the run's message comes from, not from the log,
+        # whose last lines any library may write as the process exits.
+        messages = self.home / "termination"
+        messages.mkdir(exist_ok=True)
+        env[contract.TERMINATION_LOG_ENV] = str(messages / f"job-{len(self.jobs)}")
         if resume_from is not None:
             env["CRUCIBLE_RESUME_FROM"] = str(resume_from)
         env |= extra_env or {}
@@ -309,17 +320,17 @@ def test_a_bad_config_key_exits_2_naming_it(stage1: Stage1) -> None:
     # fraction of a second (the others spend seconds importing torch first).
     finished = stage1.bad_config.result()
     assert finished.returncode == 2, finished.output
-    assert finished.output.strip() == (
-        "crucible.workloads.eval: config.eval.num_problemz is not a field; valid: "
-        "num_problems, batch_size, max_new_tokens, seed"
-    )
+    said = "config.eval.num_problemz is not a field; valid: num_problems, batch_size, "
+    said += "max_new_tokens, seed"
+    assert finished.output.strip() == f"crucible.workloads.eval: {said}"
+    assert finished.termination_message == said
 
 
 def test_a_dataset_changed_after_publishing_is_refused(stage1: Stage1) -> None:
     finished = stage1.tampered.result()
     assert finished.returncode == 1, finished.output
-    assert "dataset tampered@1" in finished.output
-    assert "does not match its registered digest" in finished.output
+    assert "dataset tampered@1" in finished.termination_message, finished.output
+    assert "does not match its registered digest" in finished.termination_message
     assert "Traceback" not in finished.output
 
 

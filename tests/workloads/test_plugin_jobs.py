@@ -177,7 +177,7 @@ def test_a_bad_reference_exits_2_naming_it(
     run_id = platform.submit(kind, **{**base, **spec})
     finished = platform.start(kind, run_id, checkpoint=loop.checkpoint_id, cwd=workdir).result()
     assert finished.returncode == 2, finished.output
-    assert expected in finished.output.strip().splitlines()[-1]
+    assert expected in finished.termination_message, finished.output
 
 
 def test_docs_show_the_example_as_it_is_and_its_spec_fragments_validate() -> None:
