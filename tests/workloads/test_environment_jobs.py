@@ -273,6 +273,7 @@ def test_an_environment_returning_the_wrong_count_fails_naming_it(
     finished = job.result()
     assert finished.returncode == 1, finished.output
     assert expected in finished.termination_message, finished.output
+    assert expected in finished.output
 
 
 def test_a_dataset_record_without_a_prompt_exits_2_naming_record_and_field(
@@ -288,10 +289,12 @@ def test_a_dataset_record_without_a_prompt_exits_2_naming_record_and_field(
     )
     finished = job.result()
     assert finished.returncode == 2, finished.output
-    assert finished.termination_message == (
+    said = (
         "dataset no-prompt@1 record 2 has neither a 'prompt' nor a 'messages' field; its "
         "fields: question"
-    ), finished.output
+    )
+    assert finished.termination_message == said, finished.output
+    assert f"crucible.workloads.rollout: {said}\n" in finished.output
 
 
 @pytest.mark.parametrize(
@@ -326,6 +329,7 @@ def test_a_bad_environment_exits_2_naming_it_before_the_model_loads(
     finished = platform.start("rollout", run_id, checkpoint=1, cwd=WORKDIR).result()
     assert finished.returncode == 2, finished.output
     assert finished.termination_message.startswith(expected), finished.output
+    assert f"crucible.workloads.rollout: {expected}" in finished.output
     assert "model of checkpoint" not in finished.output
 
 

@@ -178,6 +178,7 @@ def test_a_bad_reference_exits_2_naming_it(
     finished = platform.start(kind, run_id, checkpoint=loop.checkpoint_id, cwd=workdir).result()
     assert finished.returncode == 2, finished.output
     assert expected in finished.termination_message, finished.output
+    assert expected in finished.output
 
 
 def test_docs_show_the_example_as_it_is_and_its_spec_fragments_validate() -> None:
