@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+# precision.EMULATED, repeated so that the script needs no torch (a test keeps them equal).
 EMULATED = ("mxfp8", "nvfp4")
 
 

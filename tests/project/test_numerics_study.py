@@ -31,6 +31,14 @@ def test_the_table_puts_bf16_first_and_each_precisions_gap_and_speed_against_it(
     assert rows[3] == "| fp8-block | 5.7869 | +116.45% | 274,196 | 0.73x |"
 
 
+def test_the_table_knows_the_emulated_precisions_the_train_job_does() -> None:
+    """The script keeps its own list so that it runs where torch is not installed; this
+    keeps the two lists the same."""
+    from crucible.workloads.precision import EMULATED
+
+    assert _summarize().EMULATED == EMULATED
+
+
 def test_an_emulated_precision_gets_no_speed_and_a_study_without_bf16_is_refused() -> None:
     summarize = _summarize()
     runs = {
