@@ -69,6 +69,9 @@ NUMERICS: dict[str, dict[str, Any]] = {
     "fp8-block": {"precision": "fp8", "fp8_scaling": "block"},
     "mxfp8": {"precision": "mxfp8", "emulate_precision": True},
     "nvfp4": {"precision": "nvfp4", "emulate_precision": True},
+    # The model eager, as mxfp8's and nvfp4's runs have it (precision.compiles_whole_model):
+    # bf16 compiled whole is not their like, and this run tells the two apart.
+    "bf16-eager": {"precision": "bf16", "compile": False},
 }
 """`--precisions`' names and the train fields each sets."""
 
@@ -287,8 +290,7 @@ def numerics_run(
         dataset="gpu-numerics-text",
         model=NUMERICS_MODELS[model],
         fp8_stats_every=20,
-        **NUMERICS[precision],
-        **({"compile": False} if args.numerics_eager else {}),
+        **(NUMERICS[precision] | ({"compile": False} if args.numerics_eager else {})),
     )
     submitted = api.request("POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest})
     run_id = submitted["id"]
@@ -339,7 +341,18 @@ def pack_home(out: Path) -> None:
         packed.add(HOME.parent, arcname=str(HOME.parent).lstrip("/"), filter=keep)
 
 
-def main() -> None:
+def check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse an unknown precision or model before the server starts, not at its run."""
+    for flag, given, known in (
+        ("--precisions", args.precisions, NUMERICS),
+        ("--numerics-models", args.numerics_models, NUMERICS_MODELS),
+    ):
+        unknown = [name for name in given.split(",") if name not in known]
+        if unknown:
+            parser.error(f"{flag}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--parts", default="profile,sweep")
     parser.add_argument("--steps", type=int, default=120)
@@ -356,7 +369,13 @@ def main() -> None:
     parser.add_argument("--numerics-models", default="gpt", help=", ".join(NUMERICS_MODELS))
     parser.add_argument("--numerics-eager", action="store_true", help="runs without compile")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_names(parser, args)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     # A call stopped at its time limit (SIGTERM) still stops the server and packs the home.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

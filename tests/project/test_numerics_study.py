@@ -122,3 +122,29 @@ def test_compiled_roundings_are_named_so_and_a_later_run_made_the_same_way_repla
     found = summarize.merged([whole_step, first, again])["gpt"]
     assert list(found) == ["bf16", "nvfp4", "nvfp4 (compiled roundings)", "bf16 (compiled)"]
     assert found["nvfp4 (compiled roundings)"] == {"run": 4}
+
+
+def test_the_rerun_commands_in_the_docs_name_only_precisions_and_models_the_script_knows() -> None:
+    # The GPU is not in CI; what can break here is a name in a command. research_bench.py
+    # refuses an unknown one as it parses its arguments, before it starts anything.
+    doc = (REPO / "docs/numerics.md").read_text().replace("\\\n", " ")
+    commands = [
+        line.split("research_bench.py", 1)[1].split()
+        for line in doc.splitlines()
+        if line.startswith("python3 research_bench.py")
+    ]
+    assert len(commands) >= 2, "docs/numerics.md shows no study command"
+    for argv in [*commands, ["--precisions", "bf16,fp9"]]:
+        parsed = subprocess.run(
+            [sys.executable, "-c", PARSE, *argv],
+            cwd=REPO / "benchmarks/gpu",
+            capture_output=True,
+            text=True,
+        )
+        if "fp9" in argv[-1]:
+            assert parsed.returncode == 2 and "--precisions: unknown fp9" in parsed.stderr
+        else:
+            assert parsed.returncode == 0, (argv, parsed.stderr)
+
+
+PARSE = "import sys, research_bench; research_bench.parse_args(sys.argv[1:])"
