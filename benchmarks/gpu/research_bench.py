@@ -260,6 +260,7 @@ def numerics_part(api: CrucibleClient, args: argparse.Namespace, result: dict[st
     models: dict[str, Any] = {}
     result["numerics"] = {
         "steps": args.numerics_steps,
+        "seed": args.numerics_seed,
         "compiled": not args.numerics_eager,
         # Compiled, mxfp8 and nvfp4 compile their roundings, not the step
         # (precision.compiles_whole_model); results from before that change lack this key.
@@ -290,6 +291,7 @@ def numerics_run(
         dataset="gpu-numerics-text",
         model=NUMERICS_MODELS[model],
         fp8_stats_every=20,
+        seed=args.numerics_seed,
         **(NUMERICS[precision] | ({"compile": False} if args.numerics_eager else {})),
     )
     submitted = api.request("POST", "/api/v1/runs", json={"project": PROJECT, "manifest": manifest})
@@ -368,6 +370,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precisions", default="bf16,fp8-block,mxfp8")
     parser.add_argument("--numerics-models", default="gpt", help=", ".join(NUMERICS_MODELS))
     parser.add_argument("--numerics-eager", action="store_true", help="runs without compile")
+    parser.add_argument(
+        "--numerics-seed",
+        type=int,
+        default=0,
+        help="the runs' train.seed (initialisation, data order): another is a repeat to read "
+        "the gaps' spread against",
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args(argv)
     check_names(parser, args)

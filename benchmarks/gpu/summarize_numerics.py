@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path)
     args = parser.parse_args()
     studies = [json.loads(path.read_text())["numerics"] for path in args.results]
-    print(f"{studies[0]['steps']} steps a run")
+    print(f"{studies[0]['steps']} steps a run, seed {studies[0].get('seed', 0)}")
     for model, runs in merged(studies).items():
         print(f"\n{model}\n\n{table(runs)}")
         if args.plot is not None:
@@ -126,6 +126,10 @@ def merged(studies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]
     `nvfp4 (eager)`, and a later run of it the same way replaces the earlier."""
     if len({study["steps"] for study in studies}) > 1:
         raise SystemExit("the results files ran different numbers of steps")
+    # Another seed is another initialisation and data order: its runs are compared with its
+    # own bf16, in a table of their own, and the two tables' gaps give the spread.
+    if len({study.get("seed", 0) for study in studies}) > 1:
+        raise SystemExit("the results files ran different seeds: summarize each seed alone")
     found: dict[str, dict[str, dict[str, Any]]] = {}
     for study in studies:
         for model, runs in models(study).items():

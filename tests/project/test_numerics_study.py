@@ -98,6 +98,18 @@ def test_a_second_file_adds_its_runs_and_names_a_precision_run_twice_by_how_it_r
         summarize.merged([compiled, eager | {"steps": 40}])
 
 
+def test_files_of_another_seed_are_summarized_alone_and_older_files_read_as_seed_0() -> None:
+    summarize = _summarize()
+    runs = {"models": {"gpt": {"runs": {"bf16": {}}}}}
+    older = {"steps": 30} | runs
+    assert list(summarize.merged([older, {"steps": 30, "seed": 0} | runs])["gpt"]) == [
+        "bf16",
+        "bf16 (compiled)",
+    ]
+    with pytest.raises(SystemExit, match="different seeds"):
+        summarize.merged([older, {"steps": 30, "seed": 1} | runs])
+
+
 def test_an_unfinished_run_is_compared_with_bf16_over_the_last_steps_it_logged() -> None:
     bf16_loss = {str(s): 2.0 for s in range(1, 101)}
     runs = {
