@@ -1,5 +1,7 @@
 """Start the API under uvicorn, after the embedded-mode bootstrap."""
 
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -110,12 +112,25 @@ def serve_up(
         threading.Thread(
             target=_when_serving, args=(api_url, on_ready), name="on-ready", daemon=True
         ).start()
+    exit_on_sigterm()
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", **proxy_options(settings))
     finally:
         stop.set()
         for thread in threads:
             thread.join()
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM unwind `crucible up` rather than end it where it stands.
+
+    uvicorn shuts down on SIGTERM and then raises the signal again; under SIGTERM's default
+    action that killed the process before `finally` stopped the executor, so `kill`, a
+    service manager or a timeout stopping `crucible up` left every job running with nobody
+    to report or stop it. As SystemExit the executor's shutdown runs: each job gets SIGTERM,
+    as a node drain gives it, and the grace period to checkpoint."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def _when_serving(api_url: str, on_ready: Callable[[str], None]) -> None:

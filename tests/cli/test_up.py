@@ -1,5 +1,8 @@
 """`crucible up`: the API and the local executor in one command, driven through the CLI."""
 
+import contextlib
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -96,6 +99,35 @@ def test_preempt_drains_the_run_and_streams_its_events(tmp_path: Path) -> None:
                     break
         assert seen[:4] == ["Submitted", "PhaseChanged", "AttemptStarted", "PhaseChanged"]
         assert "PreemptRequested" in seen
+
+
+def test_up_stopped_by_sigterm_drains_its_jobs_before_it_exits(tmp_path: Path) -> None:
+    """`kill`, a service manager or a CI timeout stops `crucible up` with SIGTERM: each job
+    gets SIGTERM too, as a node drain gives it, and up exits only once the job has. It used
+    to exit at once and leave the job running, reported by nobody."""
+    manifest = tmp_path / "drained.yaml"
+    says_its_pid = TRAPS_SIGTERM.replace("import signal,", "import os, signal,").replace(
+        'print("training",', 'print("training", os.getpid(),'
+    )
+    manifest.write_text(says_its_pid.replace("- python\n", f"- {sys.executable}\n"))
+    with local_server(tmp_path, command="up") as server:
+        assert crucible(server.env, "submit", str(manifest)).returncode == 0
+        log = server.home / "runs" / "1" / "attempt-1.log"
+        wait_for(lambda: log.exists() and "training" in log.read_text())
+        job = int(log.read_text().split()[1])
+
+        os.kill(server.pid, signal.SIGTERM)
+        wait_for(lambda: not _alive(server.pid), seconds=60)
+        assert "checkpointed on SIGTERM" in log.read_text()
+        assert not _alive(job), "the job outlived crucible up"
+
+
+def _alive(pid: int) -> bool:
+    # An exited child of this process stays a zombie until reaped: that is not alive.
+    status = Path(f"/proc/{pid}/status")
+    with contextlib.suppress(OSError):
+        return "State:\tZ" not in status.read_text()
+    return False
 
 
 RESUMABLE = """\
