@@ -16,20 +16,16 @@ benchmarks/results/compile_divergence.json. About 12 minutes on two cores.
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import torch
-
 # benchmarks/gpu runs standalone on the GPU machine, outside the package.
 sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 
-from benchmarks.demo_loop import cpu_model
+from benchmarks.demo_loop import torch_cpu_machine
 from train_job_bench import text_records
 
 from crucible.workloads.config import TrainConfig
@@ -84,13 +80,7 @@ def document(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, 
     return {
         "name": "compile_divergence",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cpu": cpu_model(),
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        },
+        "machine": torch_cpu_machine(),
         "config": {"model": LLAMA, "steps": args.steps, "lr": LR, "lr_moves": args.moves},
         "results": {"runs": runs},
     }

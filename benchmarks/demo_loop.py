@@ -83,6 +83,19 @@ def checkpoint_scores(api: CrucibleClient, run_id: int) -> dict[str, dict[str, f
     }
 
 
+def torch_cpu_machine() -> dict[str, Any]:
+    """What a CPU training figure depends on, for a results file's `machine`."""
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        # The CPU's kernels: the same seeds give other losses on another instruction set
+        # (ATEN_CPU_CAPABILITY forces one), so a figure is comparable only on the same.
+        "cpu": cpu_model(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
 def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -124,14 +137,8 @@ def main() -> None:
     document: dict[str, Any] = {
         "name": "demo_loop",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            # The CPU's kernels: the same seeds give other losses on another instruction set
-            # (ATEN_CPU_CAPABILITY forces one), so a figure is comparable only on the same.
-            "cpu": cpu_model(),
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": torch_cpu_machine()
+        | {
             "load_average_at_start": [round(x, 2) for x in load_start],
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
