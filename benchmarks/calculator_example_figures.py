@@ -8,11 +8,13 @@ logs).
         /tmp/pytest-of-$USER/pytest-current/test_the_calculator_example_lecurrent/home
 
 adds the run to benchmarks/results/calculator_example.json, replacing an earlier one of the
-same CPU model. The file keeps one run per CPU model because the rewards depend on it: the
-run is deterministic on one machine, but CPU matmul kernels sum in an order of their CPU's
-choosing, so another CPU model trains another SFT checkpoint from the same seed, and RL goes
-on from there. What each round played (its episodes' indexes, seeds and tasks) does not
-depend on the CPU: the file keeps one digest a round, and refuses a run whose digests differ.
+same CPU. The file keeps one run per CPU model and the kernels torch picked for it (its CPU
+capability) because the rewards depend on both: the run is deterministic on one machine, but
+CPU matmul kernels sum in an order of their own, so another CPU trains another SFT checkpoint
+from the same seed, and RL goes on from there. One model name ("AMD EPYC") is reported by
+machines with AVX2 and with AVX-512, whose runs differ from the first round. What each
+round played (its episodes' indexes, seeds and tasks) does not depend on the CPU: the file
+keeps one digest a round, and refuses a run whose digests differ.
 """
 
 import datetime
@@ -62,18 +64,33 @@ def recorded() -> dict[str, Any]:
 
 
 def rewards_recorded_here() -> list[float] | None:
-    """Each round's mean reward in the run recorded on this machine's CPU model; None, with
-    a warning that says so, where none was."""
-    cpu = cpu_model()
-    run = next((r for r in recorded()["runs"] if r["cpu"] == cpu), None)
+    """Each round's mean reward in the run recorded on this machine's CPU; None, with a
+    warning that says so, where none was."""
+    here = this_cpu()
+    run = next((r for r in recorded()["runs"] if same_cpu(r, here)), None)
     if run is None:
         warnings.warn(
-            f"no run of {EXAMPLE} is recorded on this CPU ({cpu}), so its rewards are not "
-            "compared; record one with benchmarks/calculator_example_figures.py",
+            f"no run of {EXAMPLE} is recorded on this CPU ({here['cpu']}, "
+            f"{here['torch_cpu_capability']}), so its rewards are not compared; record one "
+            "with benchmarks/calculator_example_figures.py",
             stacklevel=2,
         )
         return None
     return [r["mean_reward"] for r in run["rounds"]]
+
+
+def this_cpu() -> dict[str, str]:
+    import torch  # only here: the figures' readers that do not compare rewards need none
+
+    # The kernels torch picked for this CPU, which decide the order of its sums.
+    return {"cpu": cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def same_cpu(run: dict[str, Any], here: dict[str, str]) -> bool:
+    """Whether `run` was recorded on a CPU like this one. A run recorded before the
+    capability was kept matches on the model name alone."""
+    capability = run.get("torch_cpu_capability", here["torch_cpu_capability"])
+    return bool(run["cpu"] == here["cpu"] and capability == here["torch_cpu_capability"])
 
 
 def rounds(trajectories: Path) -> list[dict[str, Any]]:
@@ -124,12 +141,9 @@ def main() -> None:
             f"{trajectories} played other episodes than the runs in {RESULTS}: "
             f"digests {digests} against {result['played']}"
         )
-    import torch  # only here: the tests that read the figures need none of it
-
+    here = this_cpu()
     run = {
-        "cpu": cpu_model(),
-        # The kernels torch picked for this CPU, which decide the order of its sums.
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **here,
         "date": datetime.date.today().isoformat(),
         "rounds": rounds(trajectories),
         "evals": evals(runs, rl.name),
@@ -137,7 +151,7 @@ def main() -> None:
     result = {
         "example": EXAMPLE,
         "played": digests,
-        "runs": [r for r in result["runs"] if r["cpu"] != run["cpu"]] + [run],
+        "runs": [r for r in result["runs"] if not same_cpu(r, here)] + [run],
     }
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(run))
