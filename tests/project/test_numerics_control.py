@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -16,6 +18,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.timeout(900)  # past its training subprocess's 600 s, which CI's load can need
 def test_the_emulated_path_without_roundings_trains_as_the_plain_run(tmp_path: Path) -> None:
     finished = run("--model", "llama-tiny", "--steps", "20", "--out", str(tmp_path))
     assert finished.returncode == 0, finished.stderr[-3000:]

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -14,6 +16,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.timeout(900)  # past its training subprocess's 600 s, which CI's load can need
 def test_a_format_is_recorded_against_the_same_seeds_float32_run(tmp_path: Path) -> None:
     out = tmp_path / "seeds.json"
     finished = run("--steps", "20", "--seeds", "1", "--precisions", "fp32,mxfp8", "--out", str(out))
