@@ -40,7 +40,8 @@ FIRST = ("tests/cli/test_calculator_example.py",)
 """Files that start first: the local stage's longest test, so that it ends before the
 cluster stage reaches the real node's run of the same example (each takes both cores for
 minutes; side by side they doubled each other's time and CI's). pytest-xdist's `loadfile`
-hands out files in this order."""
+hands out files in this order when its reordering by test count is off, as scripts/test
+runs it (`--no-loadscope-reorder`)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
