@@ -36,18 +36,6 @@ ADMIN_TOKEN = "cru_test-admin-token"
 DEFAULT_PG_URL = "postgresql+psycopg://crucible:crucible@127.0.0.1:15432/crucible_test"
 
 
-FIRST = ("tests/cli/test_calculator_example.py",)
-"""Files that start first: the local stage's longest test, so that it ends before the
-cluster stage reaches the real node's run of the same example (each takes both cores for
-minutes; side by side they doubled each other's time and CI's). pytest-xdist's `loadfile`
-hands out files in this order when its reordering by test count is off, as scripts/test
-runs it (`--no-loadscope-reorder`)."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST)
-
-
 def pytest_itemcollected(item: pytest.Item) -> None:
     # A test taking `s3` uses the shared S3 server: marked, so that `-m "not objectstore"`
     # leaves it out and scripts/test (tests/needs.py) starts the server for it.
