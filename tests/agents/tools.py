@@ -67,3 +67,54 @@ def leave_a_process() -> int:
 
 def identity() -> dict[str, Any]:
     return {"uid": os.getuid(), "cwd": os.getcwd()}
+
+
+def read_file(path: str) -> str:
+    with open(path) as source:
+        return source.read(100)
+
+
+def write_temporary_file() -> str:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(delete=False) as out:  # in TMPDIR, the scratch directory
+        out.write(b"scratch")
+    return out.name
+
+
+def start_children(count: int) -> dict[str, Any]:
+    """Start up to `count` sleeping children (a fork bomb with an end), keeping what refused
+    the next one."""
+    pids: list[int] = []
+    refused = ""
+    for _ in range(count):
+        try:
+            pids.append(subprocess.Popen(["sleep", "60"]).pid)
+        except OSError as exc:
+            refused = f"{type(exc).__name__}: {exc}"
+            break
+    return {"pids": pids, "refused": refused}
+
+
+def connect_from_a_child(port: int) -> str:
+    """Reach the loopback from a program started by `_posixsubprocess.fork_exec`, which
+    subprocess calls after its audit event and which raises none of its own."""
+    import _posixsubprocess  # type: ignore[import-not-found]
+    import sys
+
+    code = (
+        "import socket, sys\n"
+        f"c = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "c.sendall(b'hello from a child'); c.close()\n"
+    )
+    errpipe_read, errpipe_write = os.pipe()
+    args = [sys.executable, "-c", code]
+    pid = _posixsubprocess.fork_exec(
+        args, [os.fsencode(sys.executable)], True, (errpipe_write,), None, None,
+        -1, -1, -1, -1, -1, -1, errpipe_read, errpipe_write,
+        True, False, -1, None, None, None, -1, None, False,
+    )  # fmt: skip
+    os.close(errpipe_write)
+    os.close(errpipe_read)
+    _, status = os.waitpid(pid, 0)
+    return f"child exited {os.waitstatus_to_exitcode(status)}"

@@ -51,7 +51,7 @@ class ToolCallRecord:
     """Why the sandbox's run failed."""
 
     isolation: str | None = None
-    """How its network was cut: "namespace" or "audit-hook"."""
+    """How its network was cut: "namespace" (the only way a tool runs)."""
 
 
 @dataclass

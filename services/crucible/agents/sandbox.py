@@ -2,10 +2,12 @@
 
 Each call starts a fresh interpreter (`sandbox_child`) in a new session, in a scratch
 directory removed afterwards, with only a minimal environment (nothing of the job's own,
-so no token or key reaches a tool). The child cuts its network and sets its CPU, memory and
-file-size limits before it imports the tool; the parent enforces the wall clock by killing
-the child's process group. Whatever a tool does (hangs, runs out of memory, crashes,
-raises) comes back as a `ToolRun` with an outcome and a reason: a call never raises.
+so no token or key reaches a tool). The child cuts its network, gives up root where the
+job has it, and sets its CPU, memory, file-size and process limits before it imports the
+tool; where it cannot cut the network or give up root, it runs no tool. The parent
+enforces the wall clock by killing the child's process group. Whatever a tool does (hangs,
+runs out of memory, crashes, raises) comes back as a `ToolRun` with an outcome and a
+reason: a call never raises.
 
 A fresh interpreter rather than a fork: the runner holds the model and torch's threads, and
 a forked child of a threaded process may inherit a lock held by another thread; a fresh
@@ -25,11 +27,9 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from crucible.agents.protocol import ToolSpec
-
-NetworkPolicy = Literal["none", "best-effort"]
 
 _BOOTSTRAP = (
     "import json, sys\n"
@@ -66,7 +66,7 @@ class ToolOutcome(enum.StrEnum):
     """Returned something that is not JSON, or too much of it."""
 
     NO_ISOLATION = "no_isolation"
-    """Not run: no network namespace could be made, and the policy requires one."""
+    """Not run: no network namespace could be made, or root could not be given up."""
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,20 @@ class SandboxLimits:
     result_chars: int = 16_000
     """Largest answer, as JSON."""
 
-    network: NetworkPolicy = "none"
-    """"none": the call runs in a new network namespace, with no interface but a loopback
-    that is down, or does not run (outcome no_isolation). "best-effort": where no namespace
-    can be made, an audit hook refuses sockets, subprocesses and ctypes instead, which stops
-    Python code but not native code (docs/agents.md says what each leaves open)."""
+    processes: int = 64
+    """Processes and threads (RLIMIT_NPROC), which stops a fork bomb. The kernel counts
+    them per real uid: on Linux 5.14 and later a call's own user namespace keeps a count of
+    its own, so the limit is the call's; where the child needs no user namespace (a root
+    job) or the kernel is older, every process of that uid counts, so calls running at once
+    share it, and a non-root job's own threads count too (docs/agents.md). It never binds
+    root, which is one reason a root job's tools run as `tool_uid`."""
+
+    tool_uid: int = 65534
+    """The user a tool runs as where the job runs as root (nobody); elsewhere tools run as
+    the job's user. The tool's module must be readable by it."""
+
+    tool_gid: int = 65534
+    """The group a tool runs as where the job runs as root (nogroup), with no others."""
 
     def __post_init__(self) -> None:
         wall = self.wall_seconds
@@ -102,14 +111,17 @@ class SandboxLimits:
                 f"sandbox limit wall_seconds must be a positive number of seconds, got {wall!r}"
             )
         # The rest become resource limits, which are whole numbers.
-        for name in ("cpu_seconds", "memory_bytes", "file_bytes", "result_chars"):
+        for name in ("cpu_seconds", "memory_bytes", "file_bytes", "result_chars", "processes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"sandbox limit {name} must be a positive integer, got {value!r}")
-        if self.network not in ("none", "best-effort"):
-            raise ValueError(
-                f"sandbox network policy must be 'none' or 'best-effort', got {self.network!r}"
-            )
+        for name in ("tool_uid", "tool_gid"):
+            value = getattr(self, name)
+            # 0 would leave a root job's tools root; ids are 32 bits, (uid_t)-1 means none.
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**32 - 1:
+                raise ValueError(
+                    f"sandbox {name} must be an id between 1 and {2**32 - 2}, got {value!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,8 @@ class ToolRun:
     """Why it failed, in words, with the tail of the tool's stderr where that helps."""
 
     isolation: str | None = None
-    """How its network was cut: "namespace" or "audit-hook"; None when it did not run."""
+    """How its network was cut: "namespace" (the only way a tool runs); None when it did
+    not run."""
 
     @property
     def ok(self) -> bool:
@@ -140,12 +153,15 @@ class Sandbox:
     def run(self, target: str | Callable[..., Any], arguments: Mapping[str, Any]) -> ToolRun:
         """Call the function `target` names (`package.module:function`) with `arguments` as
         keyword arguments (JSON values)."""
+        # Root gives its tools away to an unprivileged user: as root a tool would read every
+        # file of the machine (/etc/shadow included) and no process limit would bind it.
+        run_as = (self.limits.tool_uid, self.limits.tool_gid) if os.geteuid() == 0 else None
         request = json.dumps(
             {
                 "target": ToolSpec("tool", "", {}, target).target,
                 "arguments": dict(arguments),
                 "limits": asdict(self.limits),
-                "network": self.limits.network,
+                "run_as": run_as,
                 "sys_path": [os.path.abspath(p) for p in sys.path],
             }
         ).encode()
@@ -156,6 +172,11 @@ class Sandbox:
         try:
             scratch = root / "scratch"
             scratch.mkdir()
+            if run_as is not None:
+                # The tool's user owns its scratch directory, and may pass through `root`
+                # to it (HOME and TMPDIR are absolute), but not list it or open its stderr.
+                os.chown(scratch, *run_as)
+                root.chmod(0o711)
             with open(root / "stderr", "w+b") as stderr:
                 run = self._run(request, scratch, stderr)
                 if run.outcome in (ToolOutcome.ERROR, ToolOutcome.CRASHED, ToolOutcome.MEMORY):
