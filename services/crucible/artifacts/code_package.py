@@ -250,9 +250,11 @@ def _open(data: bytes, what: str) -> tarfile.TarFile:
         raise PackageError(f"{what} is not a tar archive ({exc})") from None
 
 
-def _members(tar: tarfile.TarFile, data: bytes, what: str) -> Iterator[tarfile.TarInfo]:
-    """Every entry of `tar` (opened on `data`), each checked."""
+def _members(tar: tarfile.TarFile, data: bytes, what: str) -> list[tarfile.TarInfo]:
+    """Every entry of `tar` (opened on `data`), once each is checked and every link resolves
+    inside, through the archive's other links as the file system will follow them."""
     seen: set[str] = set()
+    links: dict[str, str] = {}
     try:
         members = tar.getmembers()
     except (tarfile.TarError, EOFError) as exc:
@@ -267,22 +269,80 @@ def _members(tar: tarfile.TarFile, data: bytes, what: str) -> Iterator[tarfile.T
         parts = PurePosixPath(name).parts
         if not name or posixpath.isabs(name) or ".." in parts or "\\" in name:
             raise PackageError(f"{what} holds {name!r}, a path outside the directory it unpacks to")
+        normal = posixpath.normpath(name)
         if member.issym():
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(name), member.linkname))
-            if posixpath.isabs(member.linkname) or target == ".." or target.startswith("../"):
-                raise PackageError(
-                    f"{what} holds a link {name!r} to {member.linkname!r}, outside the "
-                    "directory it unpacks to"
-                )
+            if not member.linkname or posixpath.isabs(member.linkname) or normal == ".":
+                raise _outside_link(what, member)
+            links[normal] = member.linkname
         elif not (member.isfile() or member.isdir()) or member.type == tarfile.GNUTYPE_SPARSE:
+            # Hard links too: tarfile writes one by copying or linking a path it resolves
+            # itself, which no check here would see.
             raise PackageError(
                 f"{what} holds {name!r}, which is neither a file, a directory nor a link"
             )
-        normal = posixpath.normpath(name)
+        elif normal == "." and not member.isdir():
+            raise PackageError(f"{what} holds {name!r}, which names the directory it unpacks to")
         if normal in seen:
             raise PackageError(f"{what} holds {name!r} twice")
         seen.add(normal)
-        yield member
+    # Checked against the whole archive, not the entries before: a link may lead through
+    # one that comes after it (`a` -> `b/..`, then `b` -> `.`, and `a` is the parent).
+    for member in members:
+        normal = posixpath.normpath(member.name)
+        for above in _ancestors(normal):
+            if above in links:
+                raise PackageError(
+                    f"{what} holds {member.name!r} under the link {above!r}: unpacking it "
+                    "would write wherever the link leads"
+                )
+        if member.issym() and not _resolves_inside(normal, links):
+            raise _outside_link(what, member)
+    return members
+
+
+def _ancestors(normal: str) -> Iterator[str]:
+    """`a`, `a/b` for `a/b/c`: the directories a relative path passes through."""
+    parts = PurePosixPath(normal).parts
+    for end in range(1, len(parts)):
+        yield "/".join(parts[:end])
+
+
+MAX_LINK_HOPS = 40
+"""Links followed in resolving one, as Linux's own limit (ELOOP past it)."""
+
+
+def _resolves_inside(link: str, links: dict[str, str]) -> bool:
+    """Whether the link named `link` leads inside the directory it is unpacked into, where
+    `links` (name -> target) are every link of the archive and nothing else is a link: the
+    target read from the link's directory one name at a time, each name that is a link
+    replaced by its target, `..` taking one name off, never above the top."""
+    where: list[str] = list(PurePosixPath(link).parent.parts)
+    ahead = list(PurePosixPath(links[link]).parts)
+    hops = 0
+    while ahead:
+        part = ahead.pop(0)
+        if part == "..":
+            if not where:
+                return False
+            where.pop()
+            continue
+        where.append(part)
+        target = links.get("/".join(where))
+        if target is None:
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS or posixpath.isabs(target):
+            return False
+        where.pop()
+        ahead[:0] = PurePosixPath(target).parts
+    return True
+
+
+def _outside_link(what: str, member: tarfile.TarInfo) -> PackageError:
+    return PackageError(
+        f"{what} holds a link {member.name!r} to {member.linkname!r}, outside the directory "
+        "it unpacks to"
+    )
 
 
 def _make_read_only(into: Path) -> None:
