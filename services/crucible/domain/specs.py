@@ -553,6 +553,15 @@ class ServedModelManifest(_Manifest):
     spec: ServedModelSpec
 
 
+MAX_SWEEP_TRIALS = 1000
+MAX_SWEEP_PARAMETERS = 32
+MAX_SWEEP_VALUES = 1000
+"""Values of one parameter (`{values: [...]}`)."""
+MAX_GRID_POINTS = 10_000
+"""Combinations of a grid sweep's values: the product of their counts, checked before
+anything is expanded."""
+
+
 class SweepMetric(SpecModel):
     name: Annotated[
         str, Field(min_length=1, max_length=200, description="A metric key the trials log.")
@@ -570,7 +579,7 @@ class SweepMetric(SpecModel):
 
 
 class SweepBudget(SpecModel):
-    trials: Annotated[int, Field(ge=1, le=1000, description="Trials in all.")]
+    trials: Annotated[int, Field(ge=1, le=MAX_SWEEP_TRIALS, description="Trials in all.")]
     concurrency: Annotated[int, Field(ge=1, le=1000, description="Trials running at once.")] = 1
 
 
@@ -602,7 +611,9 @@ class SweepSpec(SpecModel):
         dict[str, JsonObject],
         Field(
             min_length=1,
-            description="Config path -> {values: [...]} or {min, max, log}.",
+            max_length=MAX_SWEEP_PARAMETERS,
+            description="Config path -> {values: [...]} or {min, max, log}; a grid's values "
+            f"make at most {MAX_GRID_POINTS:,} combinations.",
         ),
     ]
     run: Annotated[TrainingRunSpec, Field(description="The spec every trial copies.")]

@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from crucible.domain.specs import MAX_GRID_POINTS, MAX_SWEEP_TRIALS
 from crucible.sweeps.asha import Asha
-from crucible.sweeps.samplers import grid, random_point
+from crucible.sweeps.samplers import grid_point, grid_size, random_point
 from crucible.sweeps.space import Parameter, Point, SearchSpaceError, check_point, parse_space
 from crucible.sweeps.tpe import tpe_point
 
@@ -58,7 +59,7 @@ class SweepPlan:
         if not 0 <= number < self.trials:
             raise IndexError(f"trial {number} is outside the budget of {self.trials}")
         if self.method == "grid":
-            return grid(self.space)[number]
+            return grid_point(self.space, number)
         return random_point(self.space, self.seed, number)
 
     def draw(self, number: int, finished: Sequence[tuple[Point, float]]) -> Point:
@@ -129,9 +130,19 @@ def parse_plan(spec: Mapping[str, Any]) -> SweepPlan:
         raise SearchSpaceError(f"metric.goal must be maximize or minimize, got {metric['goal']!r}")
     budget = _section(spec, "budget", required=("trials",), optional=("concurrency",))
     trials = _count(budget["trials"], "budget.trials")
+    if trials > MAX_SWEEP_TRIALS:
+        raise SearchSpaceError(
+            f"budget.trials={trials} is more than the limit of {MAX_SWEEP_TRIALS}"
+        )
     concurrency = _count(budget.get("concurrency", 1), "budget.concurrency")
     if method == "grid":
-        size = len(grid(space))
+        size = grid_size(space)  # a product of counts: the grid itself is never built
+        if size > MAX_GRID_POINTS:
+            raise SearchSpaceError(
+                f"the grid has {size} points (the product of its parameters' value counts), "
+                f"more than the limit of {MAX_GRID_POINTS}; give fewer values or use method "
+                "random"
+            )
         if trials > size:
             raise SearchSpaceError(
                 f"budget.trials={trials} is more than the grid's {size} points; give at most "

@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from crucible.domain.specs import MAX_SWEEP_PARAMETERS, MAX_SWEEP_VALUES
 from crucible.workloads.jobs.config import SECTIONS, ConfigError, parse_config_object
 
 PREFIX = "config."
@@ -60,6 +61,10 @@ def parse_space(parameters: Mapping[str, Any]) -> dict[str, Parameter]:
     """The sweep's `parameters` as `Parameter`s, every path and range checked."""
     if not isinstance(parameters, Mapping) or not parameters:
         raise SearchSpaceError("a sweep needs parameters: a map of config paths to values")
+    if len(parameters) > MAX_SWEEP_PARAMETERS:
+        raise SearchSpaceError(
+            f"parameters: {len(parameters)} paths is more than the limit of {MAX_SWEEP_PARAMETERS}"
+        )
     space = {}
     for path, given in parameters.items():
         check_path(path)
@@ -118,6 +123,11 @@ def _parameter(path: str, given: Any) -> Parameter:
         values = given["values"]
         if not isinstance(values, list) or not values:
             raise SearchSpaceError(f"parameter {path!r}: values must be a non-empty list")
+        if len(values) > MAX_SWEEP_VALUES:
+            raise SearchSpaceError(
+                f"parameter {path!r}: {len(values)} values is more than the limit of "
+                f"{MAX_SWEEP_VALUES}"
+            )
         return Choice(tuple(values))
     unknown = keys - {"min", "max", "log"}
     if unknown or not {"min", "max"} <= keys:
