@@ -1,10 +1,13 @@
 """The engine's API taking Crucible tokens (`crucible serve --crucible-tokens`, as a
 ServedModel's pods run it), checked with a real control plane: a token that may read the
 project calls the model, another project's or a revoked one does not, and a control plane
-that cannot answer is a 503 for a token it never vouched for."""
+that cannot answer is a 503 for a token it never vouched for. With the default cache, a
+token revoked or expired stops working within `APPROVAL_TTL_SECONDS`."""
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +17,7 @@ from crucible.client import CrucibleClient
 from crucible.domain.enums import Role
 from crucible.engine.async_engine import AsyncEngine
 from crucible.engine.config import EngineConfig
-from crucible.engine.control_plane_tokens import ControlPlaneTokens
+from crucible.engine.control_plane_tokens import APPROVAL_TTL_SECONDS, ControlPlaneTokens
 from crucible.engine.engine import Engine
 from crucible.engine.server import create_engine_app
 from crucible.schemas.tenancy import TokenCreate
@@ -26,17 +29,27 @@ from tests.servers import LocalServer, app_in_thread, free_port
 TTL = 0.5
 
 
-def engine_app(api_url: str, project: str) -> object:
+def engine_app(api_url: str, project: str, **cache: Any) -> object:
+    """The engine's API taking `project`'s tokens, its answers cached as `cache` says (the
+    defaults `crucible serve` uses when it is empty)."""
     torch.manual_seed(0)
     model = build_model(model_preset("tiny"))
     engine = AsyncEngine(Engine(model, ByteTokenizer(), EngineConfig(block_size=4, num_blocks=32)))
-    check = ControlPlaneTokens(api_url, project, ttl=TTL, refusal_ttl=0.1)
+    check = ControlPlaneTokens(api_url, project, **cache)
     return create_engine_app(engine, model_name="m", tokenizer=ByteTokenizer(), token_check=check)
 
 
 @pytest.fixture(scope="module")
 def served(live_server: LocalServer) -> Iterator[str]:
-    with app_in_thread(engine_app(live_server.url, "serving")) as url:
+    with app_in_thread(engine_app(live_server.url, "serving", ttl=TTL, refusal_ttl=0.1)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def served_as_deployed(live_server: LocalServer) -> Iterator[str]:
+    with CrucibleClient(live_server.url, live_server.token) as admin:
+        admin.create_project("deployed")
+    with app_in_thread(engine_app(live_server.url, "deployed")) as url:
         yield url
 
 
@@ -72,3 +85,27 @@ def test_a_control_plane_that_cannot_answer_is_a_503_not_a_refusal() -> None:
         answer = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer cru_x"})
     assert answer.status_code == 503, answer.text
     assert "cannot check the token" in answer.json()["error"]["message"]
+
+
+def test_a_revoked_token_stops_working_within_the_bound(
+    served_as_deployed: str, live_server: LocalServer, live_api: CrucibleClient
+) -> None:
+    viewer = live_api.create_token(TokenCreate(name="soon-revoked", project="deployed"))
+    assert models(served_as_deployed, viewer.token) == 200  # the approval is now cached
+    revoked = httpx.delete(
+        f"{live_server.url}/api/v1/tokens/{viewer.id}",
+        headers={"Authorization": f"Bearer {live_server.token}"},
+    )
+    assert revoked.is_success, revoked.text
+    time.sleep(APPROVAL_TTL_SECONDS + 0.3)
+    assert models(served_as_deployed, viewer.token) == 401
+
+
+def test_an_expired_token_stops_working_within_the_bound(
+    served_as_deployed: str, live_api: CrucibleClient
+) -> None:
+    expires = datetime.now(UTC) + timedelta(seconds=2)
+    short = live_api.create_token(TokenCreate(name="short", project="deployed", expires_at=expires))
+    assert models(served_as_deployed, short.token) == 200
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + APPROVAL_TTL_SECONDS + 0.3)
+    assert models(served_as_deployed, short.token) == 401

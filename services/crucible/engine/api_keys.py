@@ -3,9 +3,7 @@ Crucible API token that a `TokenCheck` (control_plane_tokens.py) accepts."""
 
 import hmac
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Annotated, Any, Protocol
-
-from fastapi import Header
+from typing import Any, Protocol
 
 from crucible.engine.openai_errors import ApiError
 
@@ -16,12 +14,12 @@ class TokenCheck(Protocol):
         ...
 
 
-def require_api_key(
+def api_key_check(
     api_keys: Sequence[str], token_check: TokenCheck | None = None
-) -> Callable[..., Coroutine[Any, Any, None]]:
-    """A FastAPI dependency that refuses (401) a request without one of `api_keys` or a
-    token `token_check` allows; refused (ValueError) when it would accept nothing, or when
-    the list holds a blank key."""
+) -> Callable[[str | None], Coroutine[Any, Any, None]]:
+    """A check of an Authorization header (see `request_gate.KeyCheck`) that refuses (401)
+    one without one of `api_keys` or a token `token_check` allows; refused (ValueError) when
+    it would accept nothing, or when the list holds a blank key."""
     if not api_keys and token_check is None:
         raise ValueError("api_keys is empty; the engine's API needs at least one key")
     for position, key in enumerate(api_keys):
@@ -29,7 +27,7 @@ def require_api_key(
             raise ValueError(f"api_keys[{position}] is blank; every API key must be non-empty")
     keys = [key.strip().encode() for key in api_keys]
 
-    async def require_key(authorization: Annotated[str | None, Header()] = None) -> None:
+    async def check_key(authorization: str | None) -> None:
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise ApiError(
@@ -46,4 +44,4 @@ def require_api_key(
             return
         raise ApiError(401, "the API key is not one this server accepts", code="invalid_api_key")
 
-    return require_key
+    return check_key

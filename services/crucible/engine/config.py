@@ -43,3 +43,40 @@ class EngineConfig:
             raise ValueError(f"kv_memory_fraction must be in (0, 1), got {self.kv_memory_fraction}")
         if self.max_running < 1 or self.max_prefill_tokens < 1:
             raise ValueError("max_running and max_prefill_tokens must be positive")
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one request to the served model may ask for; past a bound it gets a 4xx naming
+    the field and the bound, before any of its work reaches the engine."""
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Request body size; a larger one is refused (413) before it is read, let alone parsed."""
+
+    max_prompts: int = 256
+    """Prompts in one completions request (a list of texts)."""
+
+    max_choices: int = 1024
+    """Prompts times `n`: the sequences one request starts. Each holds KV blocks and a slot
+    among `max_running` until it ends, so this bounds how long one request holds the engine."""
+
+    max_tokens: int | None = None
+    """Longest completion one choice may ask for; None: as long as the model's context."""
+
+    max_stops: int = 16
+    """Stop strings per request."""
+
+    max_stop_chars: int = 256
+    """Characters per stop string (each is searched for in every choice's new text)."""
+
+    max_messages: int = 1024
+    """Messages in one chat request, and text parts in one message."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_prompts", "max_choices", "max_stops"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive or None, got {self.max_tokens}")
+        if self.max_stop_chars < 1 or self.max_messages < 1:
+            raise ValueError("max_stop_chars and max_messages must be positive")

@@ -1,9 +1,10 @@
 """What the /v1 routes do: check an OpenAI request, turn it into engine requests, and answer
 with the whole response or stream it chunk by chunk.
 
-Bad input is a 400 in OpenAI's error shape with `param` naming the field, never a 500:
-`AsyncEngine.check` refuses a prompt or parameters the engine could never run before any of
-the request's prompts is started.
+Bad input is a 400 in OpenAI's error shape with `param` naming the field, never a 500: a
+request asking for more than the server's `ServeLimits` is refused before its prompts are
+tokenized, and `AsyncEngine.check` refuses a prompt or parameters the engine could never
+run before any of the request's prompts is started.
 """
 
 import contextlib
@@ -17,6 +18,7 @@ from fastapi.responses import Response
 from jinja2 import TemplateError
 
 from crucible.engine.async_engine import AsyncEngine, EngineStopped
+from crucible.engine.config import ServeLimits
 from crucible.engine.delivery import (
     CLIENT_CLOSED_REQUEST,
     event_stream,
@@ -42,6 +44,7 @@ from crucible.engine.openai_schemas import (
     ModelList,
     chat_error,
     chat_sampling_params,
+    check_bounds,
     completion_sampling_params,
 )
 from crucible.engine.params import InvalidParameter, SamplingParams
@@ -60,8 +63,10 @@ class Endpoints:
         tokenizer: Tokenizer,
         metrics: EngineMetrics,
         model_root: str | None = None,
+        limits: ServeLimits = ServeLimits(),
     ) -> None:
         self.engine = engine
+        self.limits = limits
         self.model_name = model_name
         self.model_root = model_root
         self.tokenizer = tokenizer
@@ -81,6 +86,7 @@ class Endpoints:
 
     async def completions(self, request: CompletionRequest, http: Request) -> Response:
         self._check_model(request.model)
+        check_bounds(request, self.limits)
         params = completion_sampling_params(request)
         prompts = self._completion_prompts(request.prompt)
         for prompt in prompts:
@@ -112,6 +118,7 @@ class Endpoints:
 
     async def chat(self, request: ChatCompletionRequest, http: Request) -> Response:
         self._check_model(request.model)
+        check_bounds(request, self.limits)
         try:
             prompt = encode_chat_prompt(self.tokenizer, request.template_messages())
         except (ValueError, TemplateError) as exc:

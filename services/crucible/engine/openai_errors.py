@@ -60,11 +60,16 @@ def _error(status: int, body: ErrorResponse, headers: dict[str, str] | None = No
     )
 
 
-async def _api_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
+def error_response(exc: ApiError) -> Response:
+    """The response that answers `exc` (also sent by the request gate, outside FastAPI)."""
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     body = error_body(exc.message, type=exc.type, param=exc.param, code=exc.code)
     return _error(exc.status, body, headers)
+
+
+async def _api_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
 
 
 async def _invalid_parameter(_request: Request, exc: Exception) -> Response:

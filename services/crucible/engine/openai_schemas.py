@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crucible.engine.config import ServeLimits
 from crucible.engine.params import MAX_TOP_LOGPROBS, InvalidParameter, SamplingParams
 
 MAX_COMPLETION_LOGPROBS = 5
@@ -121,6 +122,66 @@ class ChatCompletionRequest(_Request):
         return [{"role": m.role, "content": m.text} for m in self.messages]
 
 
+def check_bounds(request: CompletionRequest | ChatCompletionRequest, limits: ServeLimits) -> None:
+    """Refuse a request that asks for more than `limits` allow, naming the field and the
+    bound, before any of its text is tokenized or rendered."""
+    prompts = 1
+    if isinstance(request, CompletionRequest) and isinstance(request.prompt, list):
+        if request.prompt and isinstance(request.prompt[0], str):
+            prompts = len(request.prompt)
+        if prompts > limits.max_prompts:
+            raise InvalidParameter(
+                "prompt",
+                f"holds {prompts} prompts, more than the {limits.max_prompts} this server "
+                "takes in one request; send them in several requests",
+            )
+    if prompts * request.n > limits.max_choices:
+        raise InvalidParameter(
+            "n",
+            f"{prompts} prompts x n={request.n} ask for {prompts * request.n} completions, "
+            f"more than the {limits.max_choices} this server starts for one request",
+        )
+    stops = _stops(request.stop)
+    if len(stops) > limits.max_stops:
+        raise InvalidParameter(
+            "stop", f"holds {len(stops)} strings, more than the {limits.max_stops} allowed"
+        )
+    longest = max((len(stop) for stop in stops), default=0)
+    if longest > limits.max_stop_chars:
+        raise InvalidParameter(
+            "stop",
+            f"holds a string of {longest} characters, more than the {limits.max_stop_chars} "
+            "allowed",
+        )
+    if isinstance(request, ChatCompletionRequest):
+        _check_messages(request, limits)
+        field, max_tokens = request.max_tokens_field, request.max_completion_tokens
+        if max_tokens is None:
+            max_tokens = request.max_tokens
+    else:
+        field, max_tokens = "max_tokens", request.max_tokens
+    if limits.max_tokens is not None and max_tokens is not None and max_tokens > limits.max_tokens:
+        raise InvalidParameter(
+            field, f"is {max_tokens}, more than the {limits.max_tokens} this server allows"
+        )
+
+
+def _check_messages(request: ChatCompletionRequest, limits: ServeLimits) -> None:
+    if len(request.messages) > limits.max_messages:
+        raise InvalidParameter(
+            "messages",
+            f"holds {len(request.messages)} messages, more than the {limits.max_messages} "
+            "this server takes in one request",
+        )
+    for position, message in enumerate(request.messages):
+        if isinstance(message.content, list) and len(message.content) > limits.max_messages:
+            raise InvalidParameter(
+                "messages",
+                f"message {position} holds {len(message.content)} content parts, more than "
+                f"the {limits.max_messages} allowed",
+            )
+
+
 def completion_sampling_params(request: CompletionRequest) -> SamplingParams:
     """What a completions request asks of the engine; `InvalidParameter` names its field."""
     _refuse_unsupported(request)
@@ -175,7 +236,11 @@ def chat_error(request: ChatCompletionRequest, exc: InvalidParameter) -> Invalid
 def _refuse_unsupported(request: _Request) -> None:
     for name, value in (request.model_extra or {}).items():
         if name in _NEUTRAL and value is not None and value not in _NEUTRAL[name]:
-            raise InvalidParameter(name, f"is not supported by this server, got {value!r}")
+            # Cut short: a refused field may be as large as the body (a logit_bias of every
+            # token), and the refusal must not echo all of it back.
+            shown = repr(value)
+            shown = shown if len(shown) <= 100 else shown[:97] + "..."
+            raise InvalidParameter(name, f"is not supported by this server, got {shown}")
 
 
 def _or(value: float | None, default: float) -> float:

@@ -3,20 +3,23 @@ and /v1/models behind API keys, and the open /health and /metrics (probes and sc
 
 The routes are thin: what they do is `openai_endpoints.py`; the per-request state that turns
 the engine's tokens into choices is `generation.py`; errors take OpenAI's shape in
-`openai_errors.py`, and keys are checked by `api_keys.py`. A client that goes away
-mid-request aborts it, which frees its KV blocks (`delivery.py`).
+`openai_errors.py`. Keys are checked by `api_keys.py` from the headers alone, and bodies
+bounded, in `request_gate.py` before FastAPI reads them; what a request may ask for is
+bounded by `ServeLimits`. A client that goes away mid-request aborts it, which frees its KV
+blocks (`delivery.py`).
 """
 
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Sequence
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from crucible.engine.api_keys import TokenCheck, require_api_key
+from crucible.engine.api_keys import TokenCheck, api_key_check
 from crucible.engine.async_engine import AsyncEngine
+from crucible.engine.config import ServeLimits
 from crucible.engine.metrics import EngineMetrics
 from crucible.engine.openai_endpoints import Endpoints
 from crucible.engine.openai_errors import install_error_handlers
@@ -28,6 +31,7 @@ from crucible.engine.openai_schemas import (
     ErrorResponse,
     ModelList,
 )
+from crucible.engine.request_gate import RequestGate
 from crucible.workloads.tokenizer import Tokenizer
 
 
@@ -39,11 +43,13 @@ def create_engine_app(
     api_keys: Sequence[str] = (),
     token_check: TokenCheck | None = None,
     model_root: str | None = None,
+    limits: ServeLimits = ServeLimits(),
 ) -> FastAPI:
     """The API over `engine`, which the app starts when it starts serving and stops at
     shutdown. Clients send one of `api_keys`, or a token `token_check` allows;
-    `model_root` is what /v1/models says the model is loaded from."""
-    require_key = require_api_key(api_keys, token_check)
+    `model_root` is what /v1/models says the model is loaded from; `limits` bound what one
+    request may ask for."""
+    check_key = api_key_check(api_keys, token_check)
     engine_metrics = EngineMetrics(engine)
     endpoints = Endpoints(
         engine,
@@ -51,6 +57,7 @@ def create_engine_app(
         tokenizer=tokenizer,
         metrics=engine_metrics,
         model_root=model_root,
+        limits=limits,
     )
 
     @contextlib.asynccontextmanager
@@ -66,8 +73,9 @@ def create_engine_app(
         title="Crucible engine", summary="OpenAI-compatible completions", lifespan=lifespan
     )
     install_error_handlers(app)
+    app.add_middleware(RequestGate, check_key=check_key, max_body_bytes=limits.max_body_bytes)
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
+    v1 = APIRouter(prefix="/v1")  # every route behind the gate's key check
 
     @v1.post(
         "/completions",
