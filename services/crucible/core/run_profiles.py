@@ -12,8 +12,13 @@ Only the default outputs directory is read, not a CRUCIBLE_OUTPUTS_DIR that a sp
 may set: that would let a run name another run's directory and read its profiles.
 """
 
+import contextlib
 import logging
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
@@ -61,7 +66,9 @@ def list_profiles(
             run_id=run.id, profiles=[], message=_kubernetes_message(run), requests=requests
         )
     directory = profile_dir(home, run.id)
-    names = _profile_names(directory)
+    with _opened_profile_dir(home, run.id) as directory_fd:
+        names = _profile_names(directory_fd)
+        profiles = [_profile(directory_fd, name) for name in names]
     if not names:
         return RunProfiles(
             run_id=run.id,
@@ -73,74 +80,127 @@ def list_profiles(
         )
     return RunProfiles(
         run_id=run.id,
-        profiles=[_profile(directory, name) for name in names],
+        profiles=profiles,
         message="",
         requests=requests,
     )
 
 
-def trace_path(
+def open_trace(
     *, session: Session, principal: Principal, home: Path, run_id: int, name: str
-) -> Path:
-    """The gzipped trace of profile `name`, once the principal may read the run."""
+) -> BinaryIO:
+    """The gzipped trace of profile `name`, opened, once the principal may read the run.
+    Opened rather than named: the run's own code writes its outputs, and a link it puts in
+    place of the file between a check and an open would be followed."""
     run = load_run(session, principal, run_id, Role.viewer)
     if parse_profile_name(name) is None:
         # Checked before the name goes near a path: only digits and fixed text get there.
         raise ProfileNotFound(name, "a profile's name is rank<R>-steps<A>-<B>, e.g. rank0-steps3-5")
     if run.backend != Backend.local:
         raise ProfileNotFound(name, _kubernetes_message(run))
-    path = profile_dir(home, run.id) / f"{name}{TRACE_SUFFIX}"
-    # The run's own code writes this directory: a link there could point anywhere.
-    if path.is_symlink() or not path.is_file():
+    file_name = f"{name}{TRACE_SUFFIX}"
+    with _opened_profile_dir(home, run.id) as directory_fd:
+        trace = _open_file(directory_fd, file_name)
+    if trace is None:
+        path = profile_dir(home, run.id) / file_name
         raise ProfileNotFound(name, f"run {run.id} has no trace at {path}")
-    return path
+    return trace
 
 
-def _profile_names(directory: Path) -> list[ProfileName]:
-    """The profiles of which a trace or a summary is in `directory`; other files are not
-    the trainer's and are left out."""
-    found: set[ProfileName] = set()
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO in place of a file would otherwise hold the open until a writer came.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def _opened_profile_dir(home: Path, run_id: int) -> Iterator[int | None]:
+    """A descriptor of the run's profile directory, reached from `home/runs` one name at a
+    time (`<run>`, `outputs`, `profile`) without following a link at any of them, so that
+    what is read from it is inside it whatever the run left there; None when any is not a
+    plain directory. `home/runs` itself is the control plane's, and may be a link."""
+    relative = profile_dir(home, run_id).relative_to(home / "runs")
     try:
-        files = list(directory.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
+        fd = os.open(home / "runs", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        for part in relative.parts:
+            inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:  # missing, a link (ELOOP), or not a directory
+        os.close(fd)
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_file(directory_fd: int | None, name: str) -> BinaryIO | None:
+    """The regular file `name` (one name, no `/`) in `directory_fd`, not through a link."""
+    if directory_fd is None or "/" in name or name in ("", ".", ".."):
+        return None
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=directory_fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _profile_names(directory_fd: int | None) -> list[ProfileName]:
+    """The profiles of which a trace or a summary is in the directory; other files are not
+    the trainer's and are left out."""
+    if directory_fd is None:
         return []
-    for path in files:
+    found: set[ProfileName] = set()
+    for file_name in os.listdir(directory_fd):
         for suffix in (TRACE_SUFFIX, SUMMARY_SUFFIX):
-            if path.name.endswith(suffix):
-                parsed = parse_profile_name(path.name.removesuffix(suffix))
+            if file_name.endswith(suffix):
+                parsed = parse_profile_name(file_name.removesuffix(suffix))
                 if parsed is not None:
                     found.add(parsed)
     return sorted(found, key=lambda p: (p.first_step, p.last_step, p.rank))
 
 
-def _profile(directory: Path, name: ProfileName) -> ProfilePublic:
-    trace = directory / f"{name}{TRACE_SUFFIX}"
+def _profile(directory_fd: int | None, name: ProfileName) -> ProfilePublic:
     return ProfilePublic(
         name=str(name),
         rank=name.rank,
         first_step=name.first_step,
         last_step=name.last_step,
-        summary=_read_summary(directory / f"{name}{SUMMARY_SUFFIX}"),
-        trace_bytes=_size(trace),
+        summary=_read_summary(directory_fd, f"{name}{SUMMARY_SUFFIX}"),
+        trace_bytes=_size(directory_fd, f"{name}{TRACE_SUFFIX}"),
     )
 
 
-def _size(path: Path) -> int | None:
+def _size(directory_fd: int | None, name: str) -> int | None:
+    if directory_fd is None:
+        return None
     try:
-        return path.stat().st_size
+        found = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
+    return found.st_size if stat.S_ISREG(found.st_mode) else None
 
 
-def _read_summary(path: Path) -> ProfileSummary | None:
-    try:
-        return ProfileSummary.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
+def _read_summary(directory_fd: int | None, name: str) -> ProfileSummary | None:
+    summary = _open_file(directory_fd, name)
+    if summary is None:
         return None
+    try:
+        with summary:
+            return ProfileSummary.model_validate_json(summary.read())
     except (OSError, ValidationError) as exc:
         # One unreadable summary (half written, or from another version) should not hide
         # the run's other profiles.
-        log.warning("profile summary %s unreadable: %s", path, exc)
+        log.warning("profile summary %s of a run unreadable: %s", name, exc)
         return None
 
 

@@ -1,8 +1,12 @@
 """A run's profiles: the summaries of the steps `profile_from_step` or a live request
 recorded, and their traces for a trace viewer; and the live request itself."""
 
+import os
+from collections.abc import Iterator
+from typing import BinaryIO
+
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 
 from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import PathId
@@ -10,6 +14,8 @@ from crucible.core import profile_requests, run_profiles
 from crucible.schemas.profiles import ProfileRequestCreate, ProfileRequestPublic, RunProfiles
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+CHUNK_BYTES = 256 * 1024
 
 
 @router.get("/runs/{run_id}/profiles", operation_id="listRunProfiles")
@@ -53,18 +59,28 @@ def request_run_profile(
 )
 def get_run_profile_trace(
     run_id: PathId, name: str, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
-) -> FileResponse:
+) -> StreamingResponse:
     """The trace of profile `name` (`rank<R>-steps<A>-<B>`), for Perfetto or chrome://tracing.
     Stored gzipped and sent as it is stored, with Content-Encoding: gzip, so a browser's
     fetch() hands over the JSON and `curl --compressed` writes it."""
     with uow() as session:
-        path = run_profiles.trace_path(
+        trace = run_profiles.open_trace(
             session=session, principal=principal, home=settings.home, run_id=run_id, name=name
         )
-    return FileResponse(
-        path,
+    # Sent from the file opened, not reopened by name as FileResponse would: the run may
+    # have put a link in its place since.
+    return StreamingResponse(
+        _chunks(trace),
         media_type="application/json",
-        headers={"Content-Encoding": "gzip"},
-        filename=f"{name}.trace.json",
-        content_disposition_type="inline",
+        headers={
+            "Content-Encoding": "gzip",
+            "Content-Length": str(os.fstat(trace.fileno()).st_size),
+            "Content-Disposition": f'inline; filename="{name}.trace.json"',
+        },
     )
+
+
+def _chunks(trace: BinaryIO) -> Iterator[bytes]:
+    with trace:
+        while chunk := trace.read(CHUNK_BYTES):
+            yield chunk
