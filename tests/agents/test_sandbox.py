@@ -5,6 +5,7 @@ process under a seccomp filter like runc's default, where no namespace can be ma
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -210,6 +211,36 @@ def test_a_root_jobs_tool_runs_as_nobody_and_reads_no_secret(sandbox: Sandbox) -
 def test_a_root_jobs_tool_runs_as_the_user_its_limits_name(sandbox: Sandbox) -> None:
     run = Sandbox(SandboxLimits(tool_uid=4242, tool_gid=4343)).run(f"{TOOLS}:identity", {})
     assert run.ok and run.value["uid"] == 4242, run
+
+
+NO_SYS_ADMIN = """
+import json, sys
+from crucible.agents.sandbox import Sandbox, SandboxLimits
+sandbox = Sandbox(SandboxLimits(tool_uid=4242, tool_gid=4343))
+run = sandbox.run("tests.agents.plain_tools:whoami", {})
+print(json.dumps([str(run.outcome), run.value, run.detail, run.isolation]))
+"""
+
+
+@ROOT
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) drops the cap")
+def test_a_root_job_without_cap_sys_admin_gives_up_root_then_cuts_the_network() -> None:
+    # A container's root: the network namespace alone is refused, so the child gives up
+    # root first and makes a user namespace too, as any user does.
+    command = ["setpriv", "--inh-caps=-sys_admin", "--bounding-set=-sys_admin"]
+    probe = subprocess.run(
+        [*command, sys.executable, "-c", NO_SYS_ADMIN],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    outcome, value, detail, isolation = json.loads(probe.stdout)
+    assert (outcome, isolation) == ("ok", "namespace"), detail
+    assert value["uid"] == 4242 and value["mapped"] == ["4242", "4242", "1"], value
+    assert value["network"] != os.readlink("/proc/self/ns/net")
+    assert not value["reads_shadow"]
 
 
 def test_a_fork_bomb_stops_at_the_process_limit(sandbox: Sandbox) -> None:

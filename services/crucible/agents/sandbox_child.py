@@ -34,6 +34,7 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -101,6 +102,9 @@ def _isolate(run_as: tuple[int, int] | None, sys_path: list[str]) -> str | None:
         return f"the job runs as root and its tools could not run as uid {run_as[0]}: {exc}"
     if as_root is None:
         return None
+    # Giving up root left this process undumpable, and its /proc/self files root's: it
+    # could not write its own uid_map, and the tool would see itself as the overflow id.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     return _new_network_namespace(CLONE_NEWUSER | CLONE_NEWNET)
 
 
