@@ -15,6 +15,7 @@ import typer
 from crucible.cli.common import ProjectOpt, client
 from crucible.cli.output import console
 from crucible.domain.errors import CrucibleError
+from crucible.engine.config import ServeLimits
 from crucible.settings import DEFAULT_PROJECT, Settings, load_settings
 
 API_KEY_ENV = "CRUCIBLE_SERVE_API_KEY"
@@ -35,6 +36,15 @@ def serve_checkpoint(
         int, typer.Option(min=1, help="Sequences generating at once, at most.")
     ] = 256,
     block_size: Annotated[int, typer.Option(min=1, help="Positions per KV block.")] = 16,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest request body; a larger one gets 413 unread.")
+    ] = ServeLimits.max_body_bytes,
+    max_prompts: Annotated[
+        int, typer.Option(min=1, help="Prompts in one completions request, at most.")
+    ] = ServeLimits.max_prompts,
+    max_choices: Annotated[
+        int, typer.Option(min=1, help="Completions (prompts x n) one request starts, at most.")
+    ] = ServeLimits.max_choices,
     crucible_tokens: Annotated[
         bool,
         typer.Option(
@@ -91,6 +101,9 @@ def serve_checkpoint(
         api_keys=api_keys,
         token_check=token_check,
         model_root=f"checkpoint-{record.id}",
+        limits=ServeLimits(
+            max_body_bytes=max_body_bytes, max_prompts=max_prompts, max_choices=max_choices
+        ),
     )
     console.print(
         f"serving {model_name} (run {record.run_id}, step {record.step}) on "
