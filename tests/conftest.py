@@ -26,6 +26,7 @@ from crucible.client import CrucibleClient
 from crucible.db import schema
 from crucible.db.tables import Base
 from crucible.settings import Settings, load_settings
+from tests import checkpoint_files
 from tests.object_store import forget_s3_clients, s3  # noqa: F401 - fixtures, for every test
 from tests.servers import LocalServer, local_server
 
@@ -33,6 +34,9 @@ from tests.servers import LocalServer, local_server
 pytest_plugins = ["tests.k8s.fixtures"]
 
 ADMIN_TOKEN = "cru_test-admin-token"
+SHARED_BUCKET = "s3://crucible-test"
+"""A storage root of the test servers outside every project's folder: datasets and artifacts
+may be registered there (`f"{SHARED_BUCKET}/d"`), checkpoints may not (retention deletes them)."""
 DEFAULT_PG_URL = "postgresql+psycopg://crucible:crucible@127.0.0.1:15432/crucible_test"
 
 
@@ -124,7 +128,11 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
     # No broker: the failed-authentication throttle then counts per app, not across tests in
     # the shared Redis of the test stack.
     return load_settings(
-        home=tmp_path / "home", database_url=database_url, admin_token=ADMIN_TOKEN, broker_url=None
+        home=tmp_path / "home",
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,
+        broker_url=None,
+        storage_roots=[checkpoint_files.ROOT.as_uri(), SHARED_BUCKET],
     )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import make_project, training_run
+from tests.conftest import SHARED_BUCKET, make_project, training_run
 
 MARKER = "zzbeta"  # in the name of every object of project B; A must never read it
 PUBLIC = {"healthz", "readyz", "redeemSignInCode"}  # documented as public in docs/reliability.md
@@ -51,17 +51,22 @@ def example_bodies(b: dict[str, int]) -> dict[str, Any]:
         "registerDatasetVersion": {
             "project": MARKER,
             "name": "d2",
-            "uri": "s3://x/d2",
+            "uri": f"{SHARED_BUCKET}/x/d2",
             "digest": DIGEST,
         },
         "linkRunInput": {"dataset_version_id": b["version"]},
-        "registerCheckpoint": {"step": 99, "uri": "s3://x/c99", "digest": DIGEST, "size_bytes": 1},
+        "registerCheckpoint": {
+            "step": 99,
+            "uri": f"{SHARED_BUCKET}/runs/{b['run']}/c99",
+            "digest": DIGEST,
+            "size_bytes": 1,
+        },
         "recordEvalResult": {"checkpoint_id": b["checkpoint"], "suite": "s", "scores": {"a": 1.0}},
         "registerArtifact": {
             "project": MARKER,
             "kind": "model",
             "name": "a2",
-            "uri": "s3://x/a2",
+            "uri": f"{SHARED_BUCKET}/x/a2",
             "digest": DIGEST,
             "size_bytes": 1,
             "sources": [{"type": "checkpoint", "id": b["checkpoint"]}],
@@ -123,14 +128,19 @@ def project_b(admin: TestClient) -> dict[str, int]:
     assert admin.post(f"/api/v1/runs/{run['id']}/metrics", json={"points": points}).is_success
     checkpoint = admin.post(
         f"/api/v1/runs/{run['id']}/checkpoints",
-        json={"step": 1, "uri": f"s3://{MARKER}/c1", "digest": DIGEST, "size_bytes": 1},
+        json={
+            "step": 1,
+            "uri": f"{SHARED_BUCKET}/runs/{run['id']}/{MARKER}-c1",
+            "digest": DIGEST,
+            "size_bytes": 1,
+        },
     ).json()
     version = admin.post(
         "/api/v1/datasets/versions",
         json={
             "project": MARKER,
             "name": f"{MARKER}-data",
-            "uri": f"s3://{MARKER}/d",
+            "uri": f"{SHARED_BUCKET}/{MARKER}/d",
             "digest": DIGEST,
         },
     ).json()
@@ -147,7 +157,7 @@ def project_b(admin: TestClient) -> dict[str, int]:
             "project": MARKER,
             "kind": "model",
             "name": f"{MARKER}-model",
-            "uri": f"s3://{MARKER}/m",
+            "uri": f"{SHARED_BUCKET}/{MARKER}/m",
             "digest": DIGEST,
             "size_bytes": 1,
             "sources": [{"type": "checkpoint", "id": checkpoint["id"]}],

@@ -156,9 +156,10 @@ def test_with_storage_roots_only_uris_under_them_are_accepted(rooted: TestClient
         response = rooted.post(f"/api/v1/runs/{run_id}/checkpoints", json=body)
         return response.status_code, response.json()
 
-    assert register(1, "s3://team-ckpt/run/1")[0] == 201
-    assert register(2, "file:///checkpoints/run/2")[0] == 201
-    assert register(3, "/checkpoints/run/3")[0] == 201
+    # Checkpoints in the folder each root gives the run (retention deletes only there).
+    assert register(1, f"s3://team-ckpt/runs/{run_id}/1")[0] == 201
+    assert register(2, f"file:///checkpoints/runs/{run_id}/2")[0] == 201
+    assert register(3, f"/checkpoints/runs/{run_id}/3")[0] == 201
     for step, outside in enumerate(
         ["s3://team-ckpt-other/x", "s3://elsewhere/x", "file:///checkpointsX/y", "/etc/x"], 4
     ):

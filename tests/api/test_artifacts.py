@@ -10,7 +10,7 @@ from tests.api.test_checkpoints_datasets import (
     register_dataset,
     submit_train,
 )
-from tests.conftest import bearer, make_project, make_token
+from tests.conftest import SHARED_BUCKET, bearer, make_project, make_token
 
 
 def artifact_body(**fields: object) -> dict[str, object]:
@@ -18,7 +18,7 @@ def artifact_body(**fields: object) -> dict[str, object]:
         "project": "vision",
         "kind": "model",
         "name": "sft-final-hf",
-        "uri": "s3://models/sft-final-hf",
+        "uri": f"{SHARED_BUCKET}/models/sft-final-hf",
         "digest": digest("weights"),
         "size_bytes": 1234,
         **fields,
@@ -101,7 +101,7 @@ def test_artifacts_are_listed_by_kind_and_hidden_from_other_projects(admin: Test
     model = admin.post(f"{API}/artifacts", json=artifact_body()).json()
     tokenizer = admin.post(
         f"{API}/artifacts",
-        json=artifact_body(kind="tokenizer", name="bpe-4k", uri="s3://tok/bpe-4k"),
+        json=artifact_body(kind="tokenizer", name="bpe-4k", uri=f"{SHARED_BUCKET}/tok/bpe-4k"),
     ).json()
     everything = admin.get(f"{API}/artifacts", params={"project": "vision"}).json()["items"]
     assert [a["id"] for a in everything] == [tokenizer["id"], model["id"]]  # newest first
@@ -117,6 +117,6 @@ def test_artifacts_are_listed_by_kind_and_hidden_from_other_projects(admin: Test
     viewer = bearer(make_token(admin, "vision", "viewer"))
     assert admin.get(f"{API}/artifacts/{model['id']}", headers=viewer).status_code == 200
     refused = admin.post(
-        f"{API}/artifacts", json=artifact_body(uri="s3://models/other"), headers=viewer
+        f"{API}/artifacts", json=artifact_body(uri=f"{SHARED_BUCKET}/models/other"), headers=viewer
     )
     assert refused.status_code == 403

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from crucible.artifacts.digest import content_of
 from crucible.core.recovery import resume_checkpoint
 from crucible.db.tables import Run
+from crucible.settings import Settings
 from tests.conftest import make_project, submit
 
 
@@ -33,10 +34,12 @@ def register(admin: TestClient, run_id: object, directory: Path, step: int) -> d
 
 
 def test_a_checkpoint_altered_in_place_is_retired_and_the_one_before_resumed(
-    app: FastAPI, admin: TestClient, tmp_path: Path
+    app: FastAPI, admin: TestClient, settings: Settings
 ) -> None:
     make_project(admin)
     run_id = submit(admin)["id"]
+    # The run's own folder: recovery reads no checkpoint outside its project's storage.
+    tmp_path = settings.home / "runs" / str(run_id) / "checkpoints"
     intact = register(admin, run_id, tmp_path / "step-10", 10)
     altered = register(admin, run_id, tmp_path / "step-20", 20)
     missing = register(admin, run_id, tmp_path / "step-30", 30)

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from crucible.db.tables import Checkpoint
 from tests.checkpoint_files import checkpoint_files
-from tests.conftest import bearer, make_project, make_token, postgres_only
+from tests.conftest import SHARED_BUCKET, bearer, make_project, make_token, postgres_only
 
 API = "/api/v1"
 
@@ -59,7 +59,7 @@ def register_dataset(
     body = {
         "project": project,
         "name": name,
-        "uri": f"s3://data/{name}/{content}",
+        "uri": f"{SHARED_BUCKET}/data/{name}/{content}",
         "digest": digest(content),
         **extra,
     }
@@ -141,7 +141,7 @@ def test_concurrent_registrations_number_versions_without_gaps(admin: TestClient
         body = {
             "project": "vision",
             "name": "racy",
-            "uri": f"s3://racy/{n % 4}",
+            "uri": f"{SHARED_BUCKET}/racy/{n % 4}",
             "digest": digest(f"racy-{n % 4}"),
         }
         return admin.post(f"{API}/datasets/versions", json=body)
@@ -196,7 +196,12 @@ def test_resolve_pinned_and_latest_and_refuses_bad_refs(admin: TestClient) -> No
 
 def test_dataset_body_is_validated(admin: TestClient) -> None:
     make_project(admin)
-    good = {"project": "vision", "name": "prompts", "uri": "s3://x", "digest": digest("x")}
+    good = {
+        "project": "vision",
+        "name": "prompts",
+        "uri": f"{SHARED_BUCKET}/x",
+        "digest": digest("x"),
+    }
     for field, value in [
         ("digest", "md5-abc"),
         ("digest", "sha256:XYZ"),
@@ -219,7 +224,7 @@ def test_produced_by_must_be_a_run_of_the_same_project(admin: TestClient) -> Non
         json={
             "project": "vision",
             "name": "prompts",
-            "uri": "s3://x",
+            "uri": f"{SHARED_BUCKET}/x",
             "digest": digest("x"),
             "produced_by_run_id": foreign["id"],
         },
@@ -492,12 +497,22 @@ def _writes(ids: dict[str, Any], project: str, n: int) -> list[tuple[str, dict[s
     return [
         (
             f"{API}/datasets/versions",
-            {"project": project, "name": "prompts", "uri": "s3://x", "digest": digest(f"w{n}")},
+            {
+                "project": project,
+                "name": "prompts",
+                "uri": f"{SHARED_BUCKET}/x",
+                "digest": digest(f"w{n}"),
+            },
         ),
         (f"{API}/runs/{ids['consumer']}/inputs", {"dataset_version_id": ids["version"]["id"]}),
         (
             f"{API}/runs/{ids['run']}/checkpoints",
-            {"step": 1000 + n, "uri": "s3://x", "digest": digest(f"w{n}"), "size_bytes": 1},
+            {
+                "step": 1000 + n,
+                "uri": f"{SHARED_BUCKET}/runs/{ids['run']}/x",
+                "digest": digest(f"w{n}"),
+                "size_bytes": 1,
+            },
         ),
         (
             f"{API}/evals",
@@ -544,12 +559,12 @@ def test_the_same_content_at_another_uri_is_a_conflict_naming_both(admin: TestCl
         json={
             "project": "vision",
             "name": "prompts",
-            "uri": "s3://elsewhere/a",
+            "uri": f"{SHARED_BUCKET}/elsewhere/a",
             "digest": digest("a"),
         },
     )
     assert moved.status_code == 409, moved.text
     message = error_text(moved)
-    assert first["uri"] in message and "s3://elsewhere/a" in message, message
+    assert first["uri"] in message and f"{SHARED_BUCKET}/elsewhere/a" in message, message
     versions = admin.get(f"{API}/datasets/{first['dataset_id']}/versions").json()["items"]
     assert [(v["version"], v["uri"]) for v in versions] == [(1, first["uri"])]

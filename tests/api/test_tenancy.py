@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from crucible.db.tables import Base
-from tests.conftest import bearer, make_project, make_token, training_run
+from tests.conftest import SHARED_BUCKET, bearer, make_project, make_token, training_run
 from tests.route_examples import (
     DIGEST,
     MARKER,
@@ -103,7 +103,7 @@ def test_project_a_cannot_link_its_run_to_project_b_objects(
             {
                 "project": "alpha",
                 "name": "d",
-                "uri": "s3://a/d",
+                "uri": f"{SHARED_BUCKET}/a/d",
                 "digest": DIGEST,
                 "produced_by_run_id": b["run"],
             },

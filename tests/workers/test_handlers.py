@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from crucible.db.engine import transaction
 from crucible.db.tables import Attempt, Checkpoint, OutboxMessage, Run
+from crucible.settings import Settings
 from crucible.workers.handlers import handle_message
 from crucible.workers.inprocess import InProcessWorkers
 from crucible.workers.relay import relay_once
@@ -31,7 +32,7 @@ from tests.api.test_checkpoints_datasets import (
     register_dataset,
     submit_kind,
 )
-from tests.conftest import make_project
+from tests.conftest import SHARED_BUCKET, make_project
 
 
 def drain(app: FastAPI) -> None:
@@ -134,12 +135,12 @@ def test_a_run_waits_for_the_artifacts_its_config_names_then_pins_them(
         artifact_id: int = response.json()["id"]
         return artifact_id
 
-    bpe = register("bpe", "s3://models/bpe-1")
-    judge = register("judge", "s3://models/judge-1")
+    bpe = register("bpe", f"{SHARED_BUCKET}/models/bpe-1")
+    judge = register("judge", f"{SHARED_BUCKET}/models/judge-1")
     ready = resolve(admin, consumer["id"])
     assert ready["ready"] is True and ready["artifacts"] == {"bpe": bpe, "judge": judge}
     # Pinned: a newer artifact of the name does not change what later attempts read.
-    register("bpe", "s3://models/bpe-2")
+    register("bpe", f"{SHARED_BUCKET}/models/bpe-2")
     assert resolve(admin, consumer["id"])["artifacts"] == {"bpe": bpe, "judge": judge}
     labels = {i["label"] for i in admin.get(f"{API}/runs/{consumer['id']}/inputs").json()}
     assert labels == {"tokenizer bpe", "tokenizer judge"}
@@ -173,15 +174,16 @@ def test_a_code_package_by_name_is_waited_for_and_pinned_and_must_be_code(
         artifact_id: int = response.json()["id"]
         return artifact_id
 
-    first = register("team-code", "s3://code/a.tar")
+    first = register("team-code", f"{SHARED_BUCKET}/code/a.tar")
     ready = resolve(admin, consumer["id"])
     assert ready["ready"] is True and ready["artifacts"] == {"team-code": first}
-    register("team-code", "s3://code/b.tar")  # pinned: a newer package is not this run's
+    # Pinned: a newer package is not this run's.
+    register("team-code", f"{SHARED_BUCKET}/code/b.tar")
     assert resolve(admin, consumer["id"])["artifacts"] == {"team-code": first}
     labels = {i["label"] for i in admin.get(f"{API}/runs/{consumer['id']}/inputs").json()}
     assert labels == {"code team-code"}
 
-    bpe = register("bpe", "s3://models/bpe", kind="tokenizer")
+    bpe = register("bpe", f"{SHARED_BUCKET}/models/bpe", kind="tokenizer")
     wrong = submit_kind(admin, "TrainingRun", "wrong", codePackage=f"artifact:{bpe}")
     assert resolve(admin, wrong["id"])["phase"] == "Failed"
     run = run_of(admin, wrong["id"])
@@ -193,7 +195,9 @@ def test_the_evals_of_a_packaged_run_read_the_package_it_read_and_its_working_di
     admin: TestClient, app: FastAPI
 ) -> None:
     make_project(admin)
-    body = artifact_body(kind="code", name="team-code", uri="s3://code/a.tar", sources=[])
+    body = artifact_body(
+        kind="code", name="team-code", uri=f"{SHARED_BUCKET}/code/a.tar", sources=[]
+    )
     first = admin.post(f"{API}/artifacts", json=body).json()["id"]
     run = submit_kind(
         admin,
@@ -204,7 +208,9 @@ def test_the_evals_of_a_packaged_run_read_the_package_it_read_and_its_working_di
         evals=[{"suite": "team_loop.code:likelihood_suite"}],
     )
     assert resolve(admin, run["id"])["artifacts"] == {"team-code": first}
-    newer = artifact_body(kind="code", name="team-code", uri="s3://code/b.tar", sources=[])
+    newer = artifact_body(
+        kind="code", name="team-code", uri=f"{SHARED_BUCKET}/code/b.tar", sources=[]
+    )
     assert admin.post(f"{API}/artifacts", json=newer).status_code == 201
     running(admin, run["id"])
     register_checkpoint(admin, run["id"], 100)
@@ -578,13 +584,16 @@ def test_goodput_counts_work_since_the_last_checkpoint_and_restart_gaps(
 
 
 def test_retention_keeps_the_last_k_the_best_and_those_in_use(
-    admin: TestClient, app: FastAPI, tmp_path: Path
+    admin: TestClient, app: FastAPI, settings: Settings
 ) -> None:
     make_project(admin)
     run = submit_kind(
         admin, "TrainingRun", "sft", checkpoints={"keepLast": 2, "best": "max:accuracy"}
     )
     running(admin, run["id"])
+    # Where the local executor has the run write them: retention deletes only there.
+    tmp_path = settings.home / "runs" / str(run["id"]) / "checkpoints"
+    tmp_path.mkdir(parents=True)
     checkpoints = {}
     for step in range(100, 800, 100):
         folder = tmp_path / f"step-{step}"

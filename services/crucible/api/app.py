@@ -26,6 +26,7 @@ from crucible.api.routes import (
     sweeps,
 )
 from crucible.api.web import mount_dashboard
+from crucible.core import storage_check
 from crucible.db import schema
 from crucible.db.engine import build_engine, build_session_factory
 from crucible.settings import Settings
@@ -42,6 +43,7 @@ def create_app(settings: Settings) -> FastAPI:
     else:
         schema.ensure_at_head(engine)
     session_factory = build_session_factory(engine)
+    session_factory.configure(info=storage_check.session_info(settings))
 
     app = FastAPI(
         title="Crucible",

@@ -18,11 +18,13 @@ from crucible import process_metrics
 from crucible.artifacts import remote, storage
 from crucible.artifacts.digest import content_of
 from crucible.core.events import record_event
+from crucible.core.storage_check import ownership_problem, session_layout
 from crucible.core.transitions import move_run
 from crucible.db.tables import Attempt, Checkpoint, Run, RunEvent
 from crucible.domain import reasons
 from crucible.domain.enums import AttemptReason, Phase
 from crucible.domain.specs import RecoveryPolicy, TrainingRunManifest, parse_manifest
+from crucible.domain.storage_uris import location_of
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +195,7 @@ def _verify_chosen(session: Session, run: Run, attempt: int) -> Outcome:
     if checkpoint is None or checkpoint.deleted_at is not None or _verified(session, run, chosen):
         return Outcome("none", "", f"checkpoint {chosen} already checked")
     try:
-        problem = checkpoint_problem(checkpoint)
+        problem = _confined_problem(session, run, checkpoint, read=True)
     except remote.StorageUnavailable as exc:
         return Outcome("none", "", f"checkpoint {chosen} not checked: {exc}")
     if problem is None:
@@ -285,7 +287,7 @@ def resume_checkpoint(session: Session, run: Run) -> Checkpoint | None:
         .order_by(Checkpoint.step.desc())
     )
     for checkpoint in candidates:
-        problem = checkpoint_problem(checkpoint)
+        problem = _confined_problem(session, run, checkpoint, read=True)
         if problem is None:
             return checkpoint
         _retire_damaged(session, run, checkpoint, problem)
@@ -301,11 +303,28 @@ def present_checkpoint(session: Session, run: Run) -> Checkpoint | None:
         .order_by(Checkpoint.step.desc())
     )
     for checkpoint in candidates:
-        problem = checkpoint_problem(checkpoint, read=False)
+        problem = _confined_problem(session, run, checkpoint, read=False)
         if problem is None:
             return checkpoint
         _retire_damaged(session, run, checkpoint, problem)
     return None
+
+
+_NOT_READ = "; its files were not read"
+
+
+def _confined_problem(
+    session: Session, run: Run, checkpoint: Checkpoint, *, read: bool
+) -> str | None:
+    """`checkpoint_problem`, for a checkpoint in the run's project's storage only: one
+    registered before URIs were checked may name any file or address, and reading it would
+    put that file's size and digest in the run's events, or send requests on a user's word."""
+    outside = ownership_problem(
+        session, session_layout(session), project_id=run.project_id, uri=checkpoint.uri, run=run
+    )
+    if outside is not None:
+        return f"its URI {outside}{_NOT_READ}"
+    return checkpoint_problem(checkpoint, read=read)
 
 
 def _retire_damaged(session: Session, run: Run, checkpoint: Checkpoint, problem: str) -> None:
@@ -314,7 +333,7 @@ def _retire_damaged(session: Session, run: Run, checkpoint: Checkpoint, problem:
         session,
         run_id=run.id,
         type=reasons.EVENT_CHECKPOINT_DAMAGED,
-        reason="DigestMismatch",
+        reason="OutsideProjectStorage" if problem.endswith(_NOT_READ) else "DigestMismatch",
         message=f"checkpoint at step {checkpoint.step} is not resumable: {problem}",
         data={"checkpoint_id": checkpoint.id, "step": checkpoint.step},
     )
@@ -325,6 +344,8 @@ def checkpoint_problem(checkpoint: Checkpoint, *, read: bool = True) -> str | No
     presence and size are checked, not their digest. The SDK checks the digest again before
     it loads one. Raises `StorageUnavailable` when object storage does not answer: a store
     that is down says nothing about the checkpoint, so nothing is retired for it."""
+    if location_of(checkpoint.uri) is None:
+        return "its URI is not a file:/// path or an s3:// URI; nothing else is read"
     path = storage.local_path(checkpoint.uri)
     if path is None:
         return _remote_problem(checkpoint, read=read)

@@ -20,6 +20,7 @@ from celery import Celery
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from crucible.core import storage_check
 from crucible.db.engine import build_engine, build_session_factory
 from crucible.domain.errors import CrucibleError
 from crucible.settings import Settings, load_settings
@@ -73,7 +74,9 @@ def _register_tasks(app: Celery, settings: Settings) -> None:
     @cache
     def factory() -> sessionmaker[Session]:
         # Built lazily in each worker process: an engine must not cross a fork.
-        return build_session_factory(build_engine(settings))
+        made = build_session_factory(build_engine(settings))
+        made.configure(info=storage_check.session_info(settings))
+        return made
 
     @app.task(  # type: ignore[untyped-decorator]
         name=HANDLE_TASK,

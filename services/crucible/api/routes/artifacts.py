@@ -7,8 +7,9 @@ from fastapi import APIRouter, Query
 from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId
 from crucible.core import artifacts
+from crucible.core.storage_check import layout_of, require_project_uri
 from crucible.domain.enums import ArtifactKind
-from crucible.domain.storage_uris import require_under_roots
+from crucible.domain.storage_uris import require_usable_uri
 from crucible.schemas.common import Page
 from crucible.schemas.lineage import ArtifactCreate, ArtifactPublic
 
@@ -21,10 +22,21 @@ def register_artifact(
 ) -> ArtifactPublic:
     """Register an artifact made from checkpoints or dataset versions of the project. The
     same URI and digest again returns it; the same URI with another digest is a 409. Its URI
-    must lie under a storage root."""
-    require_under_roots(body.uri, settings.storage_roots)
+    must lie in the project's storage or in shared storage under a root (file:// or s3://)."""
+    require_usable_uri(body.uri)
     with uow() as session:
-        return artifacts.register_artifact(session=session, principal=principal, artifact_in=body)
+        artifact = artifacts.register_artifact(
+            session=session, principal=principal, artifact_in=body
+        )
+        # After the access check, before the commit: a refusal registers nothing.
+        require_project_uri(
+            session,
+            layout_of(settings),
+            project_id=artifact.project_id,
+            uri=body.uri,
+            shared_ok=True,
+        )
+        return artifact
 
 
 @router.get("/artifacts/{artifact_id}", operation_id="getArtifact", tags=["artifacts"])

@@ -12,8 +12,9 @@ from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId
 from crucible.core import checkpoints, datasets, evals, lineage
 from crucible.core.checkpoints import BestMode
+from crucible.core.storage_check import layout_of, require_checkpoint_uri, require_project_uri
 from crucible.domain.enums import LineageDirection, NodeType
-from crucible.domain.storage_uris import require_under_roots
+from crucible.domain.storage_uris import require_usable_uri
 from crucible.schemas.common import Page
 from crucible.schemas.lineage import (
     METRIC_PATTERN,
@@ -43,10 +44,20 @@ def register_dataset_version(
     body: DatasetVersionCreate, uow: Uow, principal: CurrentPrincipal, settings: SettingsDep
 ) -> DatasetVersionPublic:
     """Register a dataset version (the dataset is created on first use). The same digest
-    again returns the existing version. Its URI must lie under a storage root."""
-    require_under_roots(body.uri, settings.storage_roots)
+    again returns the existing version. Its URI must lie in the project's storage or in shared
+    storage under a root (file:// or s3:// only)."""
+    require_usable_uri(body.uri)
     with uow() as session:
-        return datasets.register_version(session=session, principal=principal, version_in=body)
+        version = datasets.register_version(session=session, principal=principal, version_in=body)
+        # After the access check, before the commit: a refusal registers nothing.
+        require_project_uri(
+            session,
+            layout_of(settings),
+            project_id=version.project_id,
+            uri=body.uri,
+            shared_ok=True,
+        )
+        return version
 
 
 @router.get("/datasets/versions/{version_id}", operation_id="getDatasetVersion", tags=["datasets"])
@@ -141,12 +152,15 @@ def register_checkpoint(
     settings: SettingsDep,
 ) -> CheckpointPublic:
     """Register a checkpoint the run wrote. The same step and digest again returns it; the
-    same step with another digest is a 409. Its URI must lie under a storage root."""
-    require_under_roots(body.uri, settings.storage_roots)
+    same step with another digest is a 409. Its URI must lie in the project's storage (its
+    prefix, or the folder the platform gave one of its runs): retention deletes it."""
+    require_usable_uri(body.uri)
     with uow() as session:
-        return checkpoints.register_checkpoint(
+        checkpoint = checkpoints.register_checkpoint(
             session=session, principal=principal, run_id=run_id, checkpoint_in=body
         )
+        require_checkpoint_uri(session, layout_of(settings), run_id=run_id, uri=body.uri)
+        return checkpoint
 
 
 @router.get(

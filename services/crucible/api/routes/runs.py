@@ -7,7 +7,7 @@ from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId, PathNumber, QueryId
 from crucible.api.streaming import event_stream
 from crucible.core import goodput, inputs, reproductions, runs
-from crucible.core.storage_check import require_usable_storage
+from crucible.core.storage_check import layout_of, require_usable_storage
 from crucible.domain.enums import Phase, RunKind
 from crucible.domain.json_values import MAX_INT64
 from crucible.schemas.common import Moment, Page
@@ -38,7 +38,9 @@ def submit_run(
         run = runs.submit_run(session=session, principal=principal, run_in=body)
         # After the project's access check (a viewer learns nothing of buckets), before the
         # commit: a refusal rolls the whole submission back.
-        require_usable_storage(body.manifest, settings.storage_roots)
+        require_usable_storage(
+            session, layout_of(settings), project_id=run.project_id, manifest=body.manifest
+        )
         return run
 
 

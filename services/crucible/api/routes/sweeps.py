@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from crucible.api.deps import CurrentPrincipal, SettingsDep, Uow
 from crucible.api.params import Limit, PathId
 from crucible.core import sweeps
-from crucible.core.storage_check import require_usable_storage
+from crucible.core.storage_check import layout_of, require_usable_storage
 from crucible.domain.specs import TrainingRunManifest
 from crucible.schemas.sweeps import SweepPublic, SweepsPublic, SweepSubmit
 
@@ -25,7 +25,9 @@ def submit_sweep(
         trial = TrainingRunManifest(
             kind="TrainingRun", metadata=body.manifest.metadata, spec=body.manifest.spec.run
         )
-        require_usable_storage(trial, settings.storage_roots)
+        require_usable_storage(
+            session, layout_of(settings), project_id=sweep.project_id, manifest=trial
+        )
         return sweep
 
 
