@@ -25,6 +25,7 @@ from crucible.api.routes import (
     signin,
     sweeps,
 )
+from crucible.api.security_headers import SecurityHeaders
 from crucible.api.web import mount_dashboard
 from crucible.core import storage_check
 from crucible.db import schema
@@ -78,4 +79,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.dashboard = mount_dashboard(app, settings.web_dir)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
+    # Outermost: every answer carries the headers, the body limit's 413 included.
+    app.add_middleware(SecurityHeaders)
     return app

@@ -1,4 +1,5 @@
-"""Serve the built dashboard (web/dist) at `/`, with index.html for client-side routes."""
+"""Serve the built dashboard (web/dist) at `/`, with index.html for client-side routes, under
+the Content-Security-Policy the built app needs (security_headers.py)."""
 
 from pathlib import Path
 
@@ -7,6 +8,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 import crucible
+from crucible.api.security_headers import DASHBOARD_CSP
 
 # In a checkout the dashboard is built next to the Python sources.
 CHECKOUT_DIST = Path(crucible.__file__).resolve().parents[2] / "web" / "dist"
@@ -17,6 +19,7 @@ def mount_dashboard(app: FastAPI, dist: Path | None) -> bool:
     index = dist / "index.html"
     if not index.is_file():
         return False
+    page_headers = {"Content-Security-Policy": DASHBOARD_CSP}
     if (dist / "assets").is_dir():
         app.mount("/assets", StaticFiles(directory=dist / "assets"), name="assets")
 
@@ -26,7 +29,7 @@ def mount_dashboard(app: FastAPI, dist: Path | None) -> bool:
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         candidate = (dist / path).resolve()
         if path and candidate.is_file() and candidate.is_relative_to(dist.resolve()):
-            return FileResponse(candidate)
-        return FileResponse(index)
+            return FileResponse(candidate, headers=page_headers)
+        return FileResponse(index, headers=page_headers)
 
     return True
