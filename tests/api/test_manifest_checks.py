@@ -10,7 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from crucible import provenance
-from tests.conftest import bearer, make_project, make_token, training_run
+from tests.conftest import SHARED_BUCKET, bearer, make_project, make_token, training_run
 from tests.route_examples import sweep
 
 API = "/api/v1"
@@ -149,7 +149,7 @@ def finished_local_run(admin: TestClient, repo: Path) -> dict[str, Any]:
     dataset = {
         "project": "vision",
         "name": "sums",
-        "uri": "file:///d",
+        "uri": f"{SHARED_BUCKET}/d",
         "digest": "sha256:" + "1" * 64,
     }
     assert admin.post(f"{API}/datasets/versions", json=dataset).status_code == 201
@@ -184,7 +184,7 @@ def test_a_finished_local_run_reproduces_with_its_inputs_pinned(
     newer = {
         "project": "vision",
         "name": "sums",
-        "uri": "file:///d2",
+        "uri": f"{SHARED_BUCKET}/d2",
         "digest": "sha256:" + "2" * 64,
     }
     assert admin.post(f"{API}/datasets/versions", json=newer).status_code == 201

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from crucible.db.tables import OutboxMessage
 from tests.api.test_checkpoints_datasets import API, digest, register_checkpoint, submit_train
 from tests.checkpoint_files import checkpoint_files
-from tests.conftest import make_project, postgres_only, training_run
+from tests.conftest import SHARED_BUCKET, make_project, postgres_only, training_run
 
 
 def outbox(app: FastAPI, topic: str) -> list[dict[str, Any]]:
@@ -68,7 +68,8 @@ def test_refused_checkpoint_enqueues_nothing(admin: TestClient, app: FastAPI) ->
 def test_concurrent_retries_of_one_checkpoint_enqueue_once(admin: TestClient, app: FastAPI) -> None:
     make_project(admin)
     run_id = submit_train(admin)["id"]
-    body = {"step": 100, "uri": "s3://x", "digest": digest("a"), "size_bytes": 1}
+    uri = f"{SHARED_BUCKET}/runs/{run_id}/x"  # the run's own folder
+    body = {"step": 100, "uri": uri, "digest": digest("a"), "size_bytes": 1}
     with ThreadPoolExecutor(max_workers=8) as pool:
         responses = list(
             pool.map(lambda _: admin.post(f"{API}/runs/{run_id}/checkpoints", json=body), range(8))

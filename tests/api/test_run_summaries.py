@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import bearer, make_project, make_token, submit, training_run
+from tests.conftest import SHARED_BUCKET, bearer, make_project, make_token, submit, training_run
 
 URL = "/api/v1/run-summaries"
 
@@ -12,7 +12,7 @@ URL = "/api/v1/run-summaries"
 def _checkpoint(admin: TestClient, run_id: Any, step: int, **scores: float) -> None:
     body = {
         "step": step,
-        "uri": f"file:///c/{run_id}/{step}",
+        "uri": f"{SHARED_BUCKET}/runs/{run_id}/{step}",
         "digest": f"sha256:{step:064x}",
         "size_bytes": 1,
     }

@@ -5,7 +5,9 @@ import pytest
 from fastapi.testclient import TestClient
 from s3fs import S3FileSystem  # type: ignore[import-untyped]
 
-from tests.conftest import bearer, make_project, make_token, submit, training_run
+from crucible.api.app import create_app
+from crucible.settings import Settings
+from tests.conftest import ADMIN_TOKEN, bearer, make_project, make_token, submit, training_run
 from tests.object_store import ObjectStore
 
 
@@ -156,8 +158,17 @@ def test_the_event_feed_follows_every_visible_run_from_now_on(
 
 
 def test_a_checkpoint_storage_the_pods_cannot_use_is_refused_at_submit_with_the_reason(
-    admin: TestClient, s3: ObjectStore, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, s3: ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Both buckets are storage roots: what refuses them here is whether the pods reach them.
+    roots = [*settings.storage_roots, f"s3://{s3.bucket}", "s3://no-such-bucket"]
+    application = create_app(settings.model_copy(update={"storage_roots": roots}))
+    with TestClient(application, headers=bearer(ADMIN_TOKEN)) as admin:
+        _refused_at_submit(admin, s3, monkeypatch)
+    application.state.engine.dispose()
+
+
+def _refused_at_submit(admin: TestClient, s3: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
     make_project(admin)
 
     def submitted(name: str, storage: str) -> httpx.Response:
