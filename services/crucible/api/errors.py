@@ -1,7 +1,13 @@
-"""Domain and database errors -> HTTP statuses. Nothing a client sends should end in a 500."""
+"""Domain and database errors -> HTTP statuses. Nothing a client sends should end in a 500.
+
+An error's text never shows where the server keeps its files: the server's home directory,
+wherever a message names it, reads `HOME_NAME` (a run's folder is `<crucible home>/runs/3`,
+which a viewer can follow without learning the machine's layout).
+"""
 
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,18 +51,39 @@ RETRY_AFTER_SECONDS = "2"
 DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 
 
+HOME_NAME = "<crucible home>"
+
+
 def _error(status: int, detail: object, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
+def without_server_paths(text: str, home: Path | None) -> str:
+    """`text` with the server's `home` directory, in each of its spellings, as `HOME_NAME`."""
+    if home is None:
+        return text
+    spellings = {str(home), str(home.absolute()), str(home.resolve())}
+    for spelling in sorted(spellings, key=len, reverse=True):  # longest first: no half-match
+        if spelling not in ("", "/", "."):
+            text = text.replace(spelling, HOME_NAME)
+    return text
+
+
+def _home(request: Request) -> Path | None:
+    settings = getattr(request.app.state, "settings", None)
+    home = getattr(settings, "home", None)
+    return home if isinstance(home, Path) else None
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    message = without_server_paths(str(exc), _home(request))
     if isinstance(exc, InvalidInput):
         return _error(
             422,
             [
                 {
                     "loc": [exc.location, *exc.field.split(".")],
-                    "msg": str(exc),
+                    "msg": message,
                     "input": exc.value,
                     "type": "value_error",
                 }
@@ -67,8 +94,8 @@ async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
             if status == 503:
                 headers = {"Retry-After": RETRY_AFTER_SECONDS}
-            return _error(status, str(exc), headers)
-    return _error(400, str(exc))
+            return _error(status, message, headers)
+    return _error(400, message)
 
 
 def _json_safe(value: Any) -> Any:
