@@ -43,12 +43,10 @@ def on_checkpoint_registered(session: Session, *, checkpoint_id: int) -> list[in
                     "backend": Backend(run.backend),
                     "code_ref": run.code_ref,
                     "code": run.code,  # the training run's code scores its checkpoints
-                    "tags": {
-                        TAG_EVALUATES_RUN: str(run.id),
-                        TAG_CHECKPOINT: str(checkpoint.id),
-                    },
                 }
             ),
+            # Reserved: no user may set them, so they name this run and checkpoint only.
+            platform_tags={TAG_EVALUATES_RUN: str(run.id), TAG_CHECKPOINT: str(checkpoint.id)},
         )
         submitted.append(eval_run.id)
     return submitted

@@ -1,5 +1,6 @@
 """Runs: submit, read, cancel, and the phase and attempt reports of the operator/executor."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select
@@ -27,6 +28,7 @@ from crucible.domain import reasons
 from crucible.domain.digests import spec_digest
 from crucible.domain.enums import Backend, Phase, Role, RunKind
 from crucible.domain.errors import Conflict, InvalidInput, NotFound
+from crucible.domain.resources import TAG_REPRODUCES, reserved_tag
 from crucible.domain.specs import (
     KIND_OF_MANIFEST,
     EvalJobManifest,
@@ -59,10 +61,19 @@ def gpus_of(manifest: TrainingRunManifest | RolloutJobManifest | EvalJobManifest
     return manifest.spec.gpus
 
 
-def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> RunPublic:
-    """Create a run, or return the existing one when the same submission is repeated."""
+def submit_run(
+    *,
+    session: Session,
+    principal: Principal,
+    run_in: RunSubmit,
+    platform_tags: Mapping[str, str] | None = None,
+) -> RunPublic:
+    """Create a run, or return the existing one when the same submission is repeated.
+    `platform_tags`: the reserved tags (`resources.reserved_tag`) the platform's own writers
+    (the eval trigger) set, which `run_in.tags` may not hold."""
     project = project_by_name(session, run_in.project)
     principal.require(project.id, Role.editor, entity="project", key=run_in.project)
+    tags = _checked_tags(session, project, run_in.tags) | dict(platform_tags or {})
     manifest = run_in.manifest
     is_k8s = run_in.backend is Backend.kubernetes
     if is_k8s:
@@ -124,7 +135,7 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
         spec_digest=digest,
         code_ref=run_in.code_ref or code_ref_of(run_in.code),
         code=run_in.code.model_dump(mode="json") if run_in.code is not None else None,
-        tags=run_in.tags,
+        tags=tags,
         gpus=gpus_of(manifest),
         k8s_namespace=project.namespace if is_k8s else None,
         k8s_name=manifest.metadata.name if is_k8s else None,
@@ -147,6 +158,33 @@ def submit_run(*, session: Session, principal: Principal, run_in: RunSubmit) -> 
             payload={"run_id": run.id, "backend": run.backend},
         )
     return RunPublic.model_validate(run)
+
+
+def _checked_tags(session: Session, project: Project, tags: Mapping[str, str]) -> dict[str, str]:
+    """A user's tags, refused when they hold a reserved one other than a reproduction's,
+    whose run must be of the same project (it is read as such)."""
+    for key, value in tags.items():
+        if reserved_tag(key):  # RunSubmit refuses them; this holds for any other caller
+            raise InvalidInput(
+                "tags", value, f"tag {key!r} is reserved for Crucible itself", location="body"
+            )
+    reproduces = tags.get(TAG_REPRODUCES)
+    if reproduces is not None:
+        original = (
+            session.get(Run, int(reproduces))
+            if reproduces.isascii() and reproduces.isdecimal() and len(reproduces) <= 18
+            else None
+        )
+        if original is None or original.project_id != project.id:
+            # Field "tags", not the key: the error's location splits fields at dots.
+            raise InvalidInput(
+                "tags",
+                reproduces,
+                f"tag {TAG_REPRODUCES!r} names no run of project {project.name!r}; a "
+                "reproduction repeats a run of its own project",
+                location="body",
+            )
+    return dict(tags)
 
 
 def code_ref_of(code: CodeSource | None) -> str:

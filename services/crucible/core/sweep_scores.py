@@ -56,19 +56,33 @@ def awaiting_scores(session: Session, run_ids: list[int], suite: str) -> set[int
             )
         )
     )
+    # An eval run counts for a checkpoint only when it is of the checkpoint's project and
+    # names the run that wrote it: the tags are the trigger's, but a row is not a proof.
+    project_of = {
+        str(run_id): project_id
+        for run_id, project_id in session.execute(
+            select(Run.id, Run.project_id).where(Run.id.in_(run_ids))
+        )
+    }
     ended_evals = {
-        tag
-        for tag, manifest in session.execute(
-            select(Run.tags[TAG_CHECKPOINT].as_string(), Run.manifest).where(
+        (evaluated, checkpoint)
+        for evaluated, checkpoint, project_id, manifest in session.execute(
+            select(
+                Run.tags[TAG_EVALUATES_RUN].as_string(),
+                Run.tags[TAG_CHECKPOINT].as_string(),
+                Run.project_id,
+                Run.manifest,
+            ).where(
                 Run.kind == RunKind.eval.value,
+                Run.project_id.in_(set(project_of.values())),
                 Run.tags[TAG_EVALUATES_RUN].as_string().in_([str(r) for r in run_ids]),
                 Run.phase.in_([p.value for p in Phase if p.is_terminal]),
             )
         )
-        if manifest.get("spec", {}).get("suite") == suite
+        if manifest.get("spec", {}).get("suite") == suite and project_of[evaluated] == project_id
     }
     return {
         run_id
         for checkpoint_id, run_id in checkpoints
-        if checkpoint_id not in scored and str(checkpoint_id) not in ended_evals
+        if checkpoint_id not in scored and (str(run_id), str(checkpoint_id)) not in ended_evals
     }

@@ -39,11 +39,23 @@ ANNOTATION_RUN_ID = f"{GROUP}/run-id"
 # On the manifest of a run no backend executes (an MLflow client created it): who did.
 ANNOTATION_ORIGIN = f"{GROUP}/origin"
 
-# Run tags under this prefix are the platform's own (a reproduction does not copy them).
+# Run tags under this prefix are the platform's own (a reproduction does not copy them):
+# retention, the sweeps and the eval trigger act on them, so a user's submission may not
+# set them (the platform's writers pass them apart from the user's tags).
 TAG_PREFIX = f"{GROUP}/"
 TAG_REPRODUCES = f"{TAG_PREFIX}reproduces"  # on a reproduction: the id of the run it repeats
 TAG_EVALUATES_RUN = f"{TAG_PREFIX}evaluates-run"  # on an eval run the trigger made
 TAG_CHECKPOINT = f"{TAG_PREFIX}checkpoint"  # ... and the checkpoint it evaluates
+USER_SET_TAGS = frozenset({TAG_REPRODUCES})
+"""Reserved tags a user's submission may carry: a reproduction's body (`GET
+/runs/{id}/reproduction`, `crucible runs reproduce`) names the run it repeats, which the
+control plane checks is a run of the same project."""
+
+
+def reserved_tag(key: str) -> bool:
+    """Whether only the platform may set the run tag `key`."""
+    return key.startswith(TAG_PREFIX) and key not in USER_SET_TAGS
+
 
 # A workload that saved its checkpoint on SIGTERM exits with this (128 + SIGTERM); the
 # backends read it as "preempted", not as a failure.

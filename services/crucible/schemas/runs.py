@@ -1,21 +1,36 @@
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from crucible.domain.enums import AttemptReason, Backend, Phase, RunKind
 from crucible.domain.json_values import MAX_INT32
+from crucible.domain.resources import TAG_PREFIX, reserved_tag
 from crucible.domain.specs import Manifest
 from crucible.schemas.common import ApiModel, Id, Int32, PublicModel, Tags
 from crucible.schemas.profiles import ProfileProgress, ProfileRequestPublic
 from crucible.schemas.provenance import CodeSource
 
 
+def _refuse_reserved(tags: Mapping[str, str]) -> Mapping[str, str]:
+    for key in tags:
+        if reserved_tag(key):
+            raise ValueError(
+                f"tag {key!r} is reserved: tags under {TAG_PREFIX!r} are set by Crucible itself"
+            )
+    return tags
+
+
+UserTags = Annotated[Tags, AfterValidator(_refuse_reserved)]
+"""A user's run tags: none of the platform's reserved ones (`resources.reserved_tag`)."""
+
+
 class RunSubmit(ApiModel):
     project: str = Field(min_length=1, max_length=63, description="Project name.")
     manifest: Manifest = Field(description="A TrainingRun, RolloutJob or EvalJob, as for kubectl.")
     backend: Backend = Backend.local
-    tags: Tags = Field(default_factory=dict)
+    tags: UserTags = Field(default_factory=dict)
     code_ref: str = Field(
         default="",
         max_length=300,
