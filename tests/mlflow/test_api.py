@@ -274,9 +274,12 @@ def test_experiment_lifecycle_and_the_default_experiment(
     client: TestClient, tokens: dict[str, str]
 ) -> None:
     token = tokens["vision"]
+    # MLflow's experiment 0 is made by the first run logged to it, never by a read.
+    before = call(client, token, "GET", "/experiments/get", params={"experiment_id": "0"})
+    error(before, 404, "RESOURCE_DOES_NOT_EXIST")
+    created = ok(call(client, token, "POST", "/runs/create", json={"experiment_id": "0"}))
     default = ok(call(client, token, "GET", "/experiments/get", params={"experiment_id": "0"}))
     assert default["experiment"]["name"] == "Default"
-    created = ok(call(client, token, "POST", "/runs/create", json={"experiment_id": "0"}))
     assert created["run"]["info"]["experiment_id"] == default["experiment"]["experiment_id"]
     experiment_id = ok(call(client, token, "POST", "/experiments/create", json={"name": "gone"}))[
         "experiment_id"

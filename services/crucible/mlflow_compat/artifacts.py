@@ -5,6 +5,9 @@ files of runs (`<experiment>/<run>/artifacts/...`) and of logged models
 The first segments of a path name its owner, and the owner's project decides who may read
 or write it, as for every other object."""
 
+import contextlib
+import errno
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +23,14 @@ from crucible.mlflow_compat.caller import Caller
 from crucible.mlflow_compat.errors import invalid, missing
 
 CHUNK_BYTES = 1 << 20
+# A path must fit a filesystem's: a segment its NAME_MAX, the whole well inside PATH_MAX
+# with the store's root before it.
+MAX_PATH_BYTES = 1024
+MAX_SEGMENT_BYTES = 255
+MAX_PATH_DEPTH = 64
+# An upload is written under this name beside its target, then renamed onto it: a failed
+# or refused one leaves what was there. Listings skip such names and no path may use one.
+PARTIAL_PREFIX = ".crucible-partial-"
 
 
 @dataclass(frozen=True)
@@ -42,21 +53,43 @@ class Location:
             model = session.get(LoggedModel, parts[2])
             if model is None or model.experiment_id != experiment.id:
                 raise missing("Logged model", parts[2])
+            owner_parts = 3
         elif len(parts) >= 2:
             run = session.get(Run, ids.parse_id(parts[1], "Run"))
             if run is None or run.experiment_id != experiment.id:
                 raise missing("Run", parts[1])
-        elif role is not Role.viewer:
-            raise invalid(f"Artifacts are written under a run or a model, not at {path!r}")
+            owner_parts = 2
+        else:
+            owner_parts = len(parts) + 1
+        # Files go in the owner's artifacts/ folder, never beside it nor in its place.
+        inside = parts[owner_parts : owner_parts + 1] == ["artifacts"]
+        if role is not Role.viewer and not (inside and len(parts) > owner_parts + 1):
+            raise invalid(
+                f"Artifacts are written under a run's or a model's artifacts/ folder, not at "
+                f"{path!r}"
+            )
+        if len(parts) > owner_parts and not inside:
+            raise missing("Artifact", path)
         return "/".join(parts)
 
     def write(self, path: str, chunks: Iterator[bytes]) -> None:
+        """The file at `path`, replaced whole once every chunk is written, or left as it was."""
         fs, target = remote.filesystem(self.uri(path))
         parent = target.rsplit("/", 1)[0]
-        fs.makedirs(parent, exist_ok=True)
-        with fs.open(target, "wb") as out:
-            for chunk in chunks:
-                out.write(chunk)
+        partial = f"{parent}/{PARTIAL_PREFIX}{uuid.uuid4().hex}"
+        with _refused_as_invalid(path):
+            fs.makedirs(parent, exist_ok=True)
+            if fs.isdir(target):
+                raise invalid(f"Artifact path {path!r} is a folder; a file cannot replace it")
+            try:
+                with fs.open(partial, "wb") as out:
+                    for chunk in chunks:
+                        out.write(chunk)
+                fs.mv(partial, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    fs.rm(partial)
+                raise
 
     def read(self, path: str) -> Iterator[bytes]:
         fs, target = remote.filesystem(self.uri(path))
@@ -79,6 +112,8 @@ class Location:
         base = target.rstrip("/")
         for entry in fs.ls(target, detail=True):
             name = entry["name"].rstrip("/")[len(base) + 1 :]
+            if name.startswith(PARTIAL_PREFIX):
+                continue
             if entry["type"] == "directory":
                 files.append({"path": name, "is_dir": True})
             else:
@@ -90,7 +125,42 @@ class Location:
 
 
 def clean(path: str) -> list[str]:
+    if len(path.encode(errors="replace")) > MAX_PATH_BYTES:
+        raise invalid(
+            f"Invalid artifact path {path[:100]!r}...: {len(path)} characters, more than "
+            f"{MAX_PATH_BYTES} bytes"
+        )
     parts = [p for p in path.strip("/").split("/") if p not in ("", ".")]
     if any(p == ".." or "\\" in p or any(ord(c) < 0x20 for c in p) for p in parts):
         raise invalid(f"Invalid artifact path {path!r}: no '..' segments or control characters")
+    if len(parts) > MAX_PATH_DEPTH:
+        raise invalid(
+            f"Invalid artifact path {path[:100]!r}...: {len(parts)} folders deep, more than "
+            f"{MAX_PATH_DEPTH}"
+        )
+    for part in parts:
+        if len(part.encode(errors="replace")) > MAX_SEGMENT_BYTES:
+            raise invalid(
+                f"Invalid artifact path {path[:100]!r}: the name {part[:40]!r}... is longer "
+                f"than {MAX_SEGMENT_BYTES} bytes"
+            )
+        if part.startswith(PARTIAL_PREFIX):
+            raise invalid(f"Invalid artifact path {path!r}: {PARTIAL_PREFIX}* names are Crucible's")
     return parts
+
+
+@contextlib.contextmanager
+def _refused_as_invalid(path: str) -> Iterator[None]:
+    """A file where the path needs a folder, or a folder where it needs a file, is the
+    request's error, not the server's."""
+    try:
+        yield
+    except (NotADirectoryError, FileExistsError, IsADirectoryError):
+        raise invalid(
+            f"Invalid artifact path {path!r}: a file stands where it needs a folder, or a "
+            "folder where it needs a file"
+        ) from None
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        raise invalid(f"Invalid artifact path {path[:100]!r}: too long for the store") from None

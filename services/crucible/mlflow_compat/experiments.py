@@ -1,5 +1,6 @@
 """MLflow experiments: Crucible experiments of the caller's project, soft-deleted by MLflow."""
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,9 +16,14 @@ from crucible.mlflow_compat.entities import experiment_json
 from crucible.mlflow_compat.errors import (
     INVALID_STATE,
     RESOURCE_ALREADY_EXISTS,
+    RESOURCE_DOES_NOT_EXIST,
     MlflowError,
 )
-from crucible.mlflow_compat.filters import like_pattern
+from crucible.mlflow_compat.filters import (
+    MAX_LIKE_PATTERN_LENGTH,
+    check_filter_length,
+    like_matcher,
+)
 from crucible.mlflow_compat.pages import page_of
 
 
@@ -34,12 +40,35 @@ def load(session: Session, caller: Caller, experiment_id: str, role: Role) -> Ex
 
 
 def default_experiment(session: Session, caller: Caller, role: Role) -> Experiment:
+    """MLflow's experiment 0, made by the first write to it; a read before that finds none,
+    as MLflow answers for an experiment that does not exist, and writes nothing."""
     project_id = caller.project_id(session, role)
-    insert_ignoring_duplicates(
-        session, Experiment, project_id=project_id, name=ids.DEFAULT_EXPERIMENT_NAME
-    )
+    if role is not Role.viewer:
+        insert_ignoring_duplicates(
+            session, Experiment, project_id=project_id, name=ids.DEFAULT_EXPERIMENT_NAME
+        )
     found = by_name(session, project_id, ids.DEFAULT_EXPERIMENT_NAME)
-    assert found is not None
+    if found is None:
+        raise MlflowError(
+            RESOURCE_DOES_NOT_EXIST,
+            f"No Experiment with id={ids.DEFAULT_EXPERIMENT_ID} exists: MLflow's default "
+            "experiment is made by the first run logged to it",
+        )
+    return found
+
+
+def readable(session: Session, caller: Caller, experiment_ids: list[str]) -> list[Experiment]:
+    """The experiments a search reads. The default one, not made yet, holds nothing, so a
+    search of it finds nothing rather than failing."""
+    found = []
+    for experiment_id in experiment_ids:
+        if experiment_id == ids.DEFAULT_EXPERIMENT_ID:
+            project_id = caller.project_id(session, Role.viewer)
+            default = by_name(session, project_id, ids.DEFAULT_EXPERIMENT_NAME)
+            if default is not None:
+                found.append(default)
+        else:
+            found.append(load(session, caller, experiment_id, Role.viewer))
     return found
 
 
@@ -119,11 +148,10 @@ def in_view(deleted: bool, view_type: str) -> bool:
 
 
 def _name_matcher(name_filter: str) -> Any:
+    check_filter_length(name_filter)
     text = name_filter.strip()
     if not text:
         return lambda _name: True
-    import re
-
     match = re.fullmatch(
         r"(?:attributes?\.)?name\s*(=|!=|LIKE|ILIKE)\s*(['\"])(.*)\2", text, re.IGNORECASE
     )
@@ -136,8 +164,11 @@ def _name_matcher(name_filter: str) -> Any:
         return lambda name: name == value
     if op == "!=":
         return lambda name: name != value
-    pattern = like_pattern(value, ignore_case=op == "ILIKE")
-    return lambda name: pattern.match(name) is not None
+    if len(value) > MAX_LIKE_PATTERN_LENGTH:
+        raise limits.invalid_filter(
+            name_filter[:100], f"a {op} pattern has at most {MAX_LIKE_PATTERN_LENGTH} characters"
+        )
+    return like_matcher(value, ignore_case=op == "ILIKE")
 
 
 def update(session: Session, caller: Caller, experiment_id: str, new_name: str) -> None:
@@ -167,6 +198,7 @@ def set_tag(session: Session, caller: Caller, experiment_id: str, key: str, valu
 
 
 def delete_tag(session: Session, caller: Caller, experiment_id: str, key: str) -> None:
+    limits.check_not_reserved(key)
     experiment = load(session, caller, experiment_id, Role.editor)
     _require_active(experiment)
     experiment.tags = {k: v for k, v in experiment.tags.items() if k != key}

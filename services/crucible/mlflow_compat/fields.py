@@ -8,6 +8,8 @@ from typing import Any
 from crucible.mlflow_compat.errors import invalid
 
 Fields = Mapping[str, Any]
+# Protobuf's int64, which every integer field of MLflow's API is.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def text(fields: Fields, name: str, *, required: bool = False, default: str = "") -> str:
@@ -28,11 +30,16 @@ def integer(fields: Fields, name: str, *, default: int | None = None) -> int | N
     if isinstance(value, bool):
         raise invalid(f"Invalid value {value!r} for parameter '{name}': expected an integer.")
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        whole = int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         raise invalid(
             f"Invalid value {value!r} for parameter '{name}': expected an integer."
         ) from None
+    if not INT64_MIN <= whole <= INT64_MAX:
+        raise invalid(
+            f"Invalid value {_short(value)} for parameter '{name}': expected a 64-bit integer."
+        )
+    return whole
 
 
 def number(fields: Fields, name: str) -> float:
@@ -41,10 +48,16 @@ def number(fields: Fields, name: str) -> float:
         raise invalid(f"Invalid value {value!r} for parameter '{name}': expected a number.")
     try:
         return float(value)  # protobuf's JSON spells NaN and infinities as strings
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a double's range
         raise invalid(
-            f"Invalid value {value!r} for parameter '{name}': expected a number."
+            f"Invalid value {_short(value)} for parameter '{name}': expected a 64-bit float."
         ) from None
+
+
+def _short(value: Any) -> str:
+    """A value for a message: a number of 400 digits is named by its first ones."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else f"{shown[:30]}... ({len(shown)} characters)"
 
 
 def strings(fields: Fields, name: str) -> list[str]:

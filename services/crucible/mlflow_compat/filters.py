@@ -7,6 +7,7 @@ was wrong. Identifiers are `<entity>.<key>`, the key bare, in backticks or in do
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +36,13 @@ STRING_ATTRIBUTES = frozenset(
     {"run_id", "run_name", "status", "artifact_uri", "user_id", "lifecycle_stage"}
 )
 DATASET_KEYS = frozenset({"name", "digest", "context"})
+# MLflow sets none of these; they bound what one search may cost. A filter of run ids, as the
+# UI's comparison sends, fits in a few thousand characters.
+MAX_FILTER_LENGTH = 10_000
+MAX_FILTER_CLAUSES = 100
+MAX_ORDER_BY_TERMS = 20
+# A LIKE costs up to its pattern's length for each character of each value it is tried on.
+MAX_LIKE_PATTERN_LENGTH = 500
 NUMERIC_COMPARATORS = frozenset({"=", "!=", ">", ">=", "<", "<="})
 STRING_COMPARATORS = frozenset({"=", "!=", "LIKE", "ILIKE", "IN", "NOT IN"})
 
@@ -75,10 +83,8 @@ class OrderTerm:
 
 def tokenize(source: str) -> list[Token]:
     tokens: list[Token] = []
-    position = 0
-    while position < len(source):
-        if source[position:].strip() == "":
-            break
+    position, end = 0, len(source.rstrip())
+    while position < end:
         match = _TOKEN.match(source, position)
         if match is None or match.end() == position:
             raise invalid(
@@ -124,6 +130,11 @@ class _Parser:
                 raise self.fail("expected AND between clauses (MLflow has no OR)")
             self.take()
             found.append(self.clause())
+            if len(found) > MAX_FILTER_CLAUSES:
+                raise invalid(
+                    f"Invalid search filter {self.source[:100]!r}...: it has more than "
+                    f"{MAX_FILTER_CLAUSES} clauses; split the search"
+                )
         return found
 
     def identifier(self) -> tuple[Entity, str]:
@@ -215,7 +226,13 @@ class _Parser:
                 f"Invalid search filter {self.source!r}: expected a quoted string to compare "
                 f"{entity} {key!r} with, got {token.text!r}."
             )
-        return Clause(entity, key, comparator, _unquote(token.text))
+        value = _unquote(token.text)
+        if comparator in ("LIKE", "ILIKE") and len(value) > MAX_LIKE_PATTERN_LENGTH:
+            raise invalid(
+                f"Invalid search filter: the {comparator} pattern {value[:40]!r}... for {entity} "
+                f"{key!r} has {len(value)} characters, more than {MAX_LIKE_PATTERN_LENGTH}."
+            )
+        return Clause(entity, key, comparator, value)
 
     def string_list(self) -> tuple[str, ...]:
         if self.take().text != "(":
@@ -245,14 +262,29 @@ def _unquote(text: str) -> str:
 
 def parse_filter(source: str) -> list[Clause]:
     """The clauses of a filter; an empty filter has none."""
+    check_filter_length(source)
     if not source.strip():
         return []
     return _Parser(source).clauses()
 
 
+def check_filter_length(source: str) -> None:
+    if len(source) > MAX_FILTER_LENGTH:
+        raise invalid(
+            f"Invalid search filter {source[:100]!r}...: it has {len(source)} characters, more "
+            f"than {MAX_FILTER_LENGTH}; split the search."
+        )
+
+
 def parse_order_by(terms: list[str]) -> list[OrderTerm]:
+    if len(terms) > MAX_ORDER_BY_TERMS:
+        raise invalid(
+            f"Invalid value for parameter 'order_by': {len(terms)} terms, more than "
+            f"{MAX_ORDER_BY_TERMS}."
+        )
     parsed = []
     for term in terms:
+        check_filter_length(term)
         parser = _Parser(term)
         entity, key = parser.identifier()
         ascending = True
@@ -264,7 +296,37 @@ def parse_order_by(terms: list[str]) -> list[OrderTerm]:
     return parsed
 
 
-def like_pattern(pattern: str, *, ignore_case: bool) -> re.Pattern[str]:
-    """SQL LIKE as a regular expression: `%` any run of characters, `_` one character."""
-    body = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
-    return re.compile(f"^{body}$", re.DOTALL | (re.IGNORECASE if ignore_case else 0))
+def like_matcher(pattern: str, *, ignore_case: bool) -> Callable[[str], bool]:
+    """SQL LIKE (`%` any run of characters, `_` one) without a backtracking regular
+    expression: the pattern is cut at its `%`s, the first piece must start the text, the last
+    end it, and each piece between is found at its leftmost place after the one before, which
+    is where a match, if any, can always put it. Each piece is a regular expression of
+    literals and `.` only, so finding it costs at most the text's length times the piece's,
+    whatever the pattern; `%%%...%x` as `.*.*...x` would try every way to split the text."""
+    flags = re.DOTALL | (re.IGNORECASE if ignore_case else 0)
+    pieces = [
+        re.compile("".join("." if c == "_" else re.escape(c) for c in piece), flags)
+        for piece in pattern.split("%")
+    ]
+    if len(pieces) == 1:
+        return lambda text: pieces[0].fullmatch(text) is not None
+    # One character per pattern character, case folded or not: a piece's length is its span.
+    head, middle, tail = pieces[0], [p for p in pieces[1:-1] if p.pattern], pieces[-1]
+    tail_length = len(pattern.rsplit("%", 1)[1])
+    shortest = len(pattern) - pattern.count("%")
+
+    def matches(text: str) -> bool:
+        if len(text) < shortest:
+            return False
+        found = head.match(text)
+        if found is None:
+            return False
+        at, tail_at = found.end(), len(text) - tail_length
+        for piece in middle:
+            found = piece.search(text, at, tail_at)
+            if found is None:
+                return False
+            at = found.end()
+        return tail.fullmatch(text, tail_at) is not None
+
+    return matches

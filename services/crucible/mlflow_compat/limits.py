@@ -3,7 +3,10 @@ checked before anything is written, so a rejected request leaves nothing behind.
 
 import math
 import posixpath
+import unicodedata
+from datetime import UTC, datetime
 
+from crucible.domain.resources import TAG_PREFIX
 from crucible.mlflow_compat.errors import MlflowError, invalid
 from crucible.schemas.metrics import EARLIEST_TIME, LATEST_TIME
 
@@ -18,6 +21,14 @@ MAX_EXPERIMENT_TAG_VAL_LENGTH = 20000
 # Crucible's experiments.name column; MLflow allows 500.
 MAX_EXPERIMENT_NAME_LENGTH = 63
 MAX_STEP = 2**63 - 1
+# MLflow's runs.name and runs.user_id columns.
+MAX_RUN_NAME_LENGTH = 250
+MAX_USER_ID_LENGTH = 256
+# A run's start and end: what a datetime holds, from the epoch on.
+LATEST_TIME_MS = int(datetime(9999, 12, 31, tzinfo=UTC).timestamp() * 1000)
+# Unicode's controls (C0, DEL, C1: a terminal's escapes among them), line and paragraph
+# separators, and the bidirectional overrides that make text read other than it is stored.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def check_batch_sizes(metrics: int, params: int, tags: int) -> None:
@@ -64,7 +75,18 @@ def check_param(key: str, value: str) -> None:
 
 def check_tag(key: str, value: str) -> None:
     check_key(key, "tag")
+    check_not_reserved(key)
     check_length("Tag value", value, MAX_TAG_VAL_LENGTH)
+
+
+def check_not_reserved(key: str) -> None:
+    """Tags under crucible.dev/ are the platform's (the checkpoint an eval run scores, the run
+    a reproduction repeats): retention and the sweeps read them, so no client writes them."""
+    if key.startswith(TAG_PREFIX):
+        raise invalid(
+            f"Invalid tag name: '{key}'. Tags under '{TAG_PREFIX}' are reserved for Crucible "
+            "itself; pick another prefix."
+        )
 
 
 def check_length(what: str, value: str, most: int) -> None:
@@ -93,14 +115,48 @@ def check_metric(key: str, value: float, timestamp_ms: int, step: int) -> None:
 
 
 def check_experiment_name(name: str) -> None:
+    """MLflow takes any string; Databricks names experiments by workspace path
+    (`/Users/me/exp`), so `/` stays. Refused: control characters (a name is printed to
+    terminals and logs, where an escape would act) and `.` or `..` segments, which name no
+    experiment but would walk up wherever a name becomes a path."""
     if not name:
         raise invalid(f"Invalid experiment name: '{name}'")
     check_length("Experiment name", name, MAX_EXPERIMENT_NAME_LENGTH)
+    check_printable("experiment name", name)
+    if any(part in (".", "..") for part in name.replace("\\", "/").split("/")):
+        raise invalid(
+            f"Invalid experiment name: {name!r}: '.' and '..' are not names; drop those segments."
+        )
+
+
+def check_run_name(name: str) -> None:
+    check_length("Run name", name, MAX_RUN_NAME_LENGTH)
+    check_printable("run name", name)
+
+
+def check_printable(what: str, text: str) -> None:
+    for character in text:
+        if unicodedata.category(character) in ("Cc", "Zl", "Zp") or character in _BIDI_CONTROLS:
+            raise invalid(
+                f"Invalid {what} {text[:100]!r}: it holds the control character "
+                f"{character!r}; names are printable text."
+            )
 
 
 def check_experiment_tag(key: str, value: str) -> None:
     check_key(key, "tag")
+    check_not_reserved(key)
     check_length("Tag value", value, MAX_EXPERIMENT_TAG_VAL_LENGTH)
+
+
+def moment_of_millis(field: str, millis: int) -> datetime:
+    """A run's start or end time, MLflow's milliseconds since the epoch, as a datetime."""
+    if not 0 <= millis <= LATEST_TIME_MS:
+        raise invalid(
+            f"Invalid value {millis} for parameter '{field}': milliseconds since the epoch, "
+            f"from 0 to {LATEST_TIME_MS} (the year 9999)."
+        )
+    return datetime.fromtimestamp(millis / 1000, UTC)
 
 
 def invalid_filter(source: str, why: str) -> MlflowError:

@@ -17,6 +17,7 @@ from crucible.mlflow_compat.artifacts import Location
 from crucible.mlflow_compat.caller import Caller
 from crucible.mlflow_compat.entities import logged_model_json
 from crucible.mlflow_compat.errors import invalid
+from crucible.mlflow_compat.fields import integer, text
 from crucible.mlflow_compat.pages import page_of
 from crucible.schemas.lineage import CheckpointCreate
 
@@ -25,6 +26,7 @@ READY = "LOGGED_MODEL_READY"
 FAILED = "LOGGED_MODEL_UPLOAD_FAILED"
 STATUSES = (PENDING, READY, FAILED)
 MAX_SEARCH_RESULTS = 1000
+MAX_MODEL_TEXT_LENGTH = 500  # the size of the name and model_type columns
 
 
 def load(session: Session, caller: Caller, model_id: str, role: Role) -> LoggedModel:
@@ -52,6 +54,8 @@ def create(
         limits.check_param(key, value)
     for key, value in tags:
         limits.check_tag(key, value)
+    limits.check_length("Model name", name, MAX_MODEL_TEXT_LENGTH)
+    limits.check_length("Model type", model_type, MAX_MODEL_TEXT_LENGTH)
     experiment = experiments.load(session, caller, experiment_id, Role.editor)
     run_id = None
     if source_run_id:
@@ -149,7 +153,7 @@ def search(
 ) -> dict[str, Any]:
     if filter_text.strip():
         raise limits.invalid_filter(filter_text, "Crucible does not filter logged models yet")
-    experiment_rows = [experiments.load(session, caller, e, Role.viewer) for e in experiment_ids]
+    experiment_rows = experiments.readable(session, caller, experiment_ids)
     rows = list(
         session.scalars(
             select(LoggedModel)
@@ -177,6 +181,7 @@ def set_tags(session: Session, caller: Caller, model_id: str, tags: list[tuple[s
 
 
 def delete_tag(session: Session, caller: Caller, model_id: str, key: str) -> None:
+    limits.check_not_reserved(key)
     model = load(session, caller, model_id, Role.editor)
     model.tags = {k: v for k, v in model.tags.items() if k != key}
 
@@ -198,10 +203,11 @@ def log_outputs(
     session: Session, caller: Caller, run_id: str, outputs: list[dict[str, Any]]
 ) -> None:
     """The run produced these models at these steps (`log_model(step=...)`)."""
+    chosen = [(text(o, "model_id", required=True), integer(o, "step", default=0)) for o in outputs]
     run = runs.load_active(session, caller, run_id)
-    for output in outputs:
-        model = load(session, caller, str(output.get("model_id", "")), Role.editor)
+    for model_id, step in chosen:
+        model = load(session, caller, model_id, Role.editor)
         if model.source_run_id not in (None, run.id):
             raise invalid(f"Model {model.id} was logged by run {model.source_run_id}, not {run_id}")
         model.source_run_id = run.id
-        model.step = int(output.get("step") or 0)
+        model.step = step or 0

@@ -81,20 +81,21 @@ def create(
 ) -> dict[str, Any]:
     for key, value in tags:
         limits.check_tag(key, value)
+    run_tags = dict(tags)
+    run_name = run_name or run_tags.get(RUN_NAME_TAG, "")
+    limits.check_run_name(run_name)
+    limits.check_length("User id", user_id, limits.MAX_USER_ID_LENGTH)
+    started = limits.moment_of_millis("start_time", start_time) if start_time else datetime.now(UTC)
     experiment = experiments.load(session, caller, experiment_id or "0", Role.editor)
     if experiment.deleted_at is not None:
         raise MlflowError(
             INVALID_STATE, f"The experiment {experiment.id} must be in the 'active' state."
         )
-    run_tags = dict(tags)
-    run_name = run_name or run_tags.get(RUN_NAME_TAG, "")
     name = _crucible_name(run_name)
     run_tags[RUN_NAME_TAG] = run_name or name
     if user_id:
         run_tags.setdefault(USER_TAG, user_id)
     spec = {"experiment": experiment.name, "config": {}}
-    now = datetime.now(UTC)
-    started = datetime.fromtimestamp(start_time / 1000, UTC) if start_time else now
     run = Run(
         project_id=experiment.project_id,
         experiment_id=experiment.id,
@@ -134,6 +135,8 @@ def update(
     end_time: int | None,
     run_name: str,
 ) -> dict[str, Any]:
+    limits.check_run_name(run_name)
+    ended = limits.moment_of_millis("end_time", end_time) if end_time else None
     run = load_active(session, caller, run_id)
     if run_name:
         run.tags = {**run.tags, RUN_NAME_TAG: run_name}
@@ -148,8 +151,8 @@ def update(
         # code inside it ending its run does not end the Crucible run.
         if is_from_mlflow(run.manifest):
             _move(session, run, phase)
-            if end_time and Phase(run.phase).is_terminal:
-                run.finished_at = datetime.fromtimestamp(end_time / 1000, UTC)
+            if ended is not None and Phase(run.phase).is_terminal:
+                run.finished_at = ended
     session.flush()
     return run_info(run)
 

@@ -11,14 +11,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from crucible.db.tables import Run
-from crucible.domain.enums import Role
 from crucible.mlflow_compat import experiments, runs
 from crucible.mlflow_compat.caller import Caller
 from crucible.mlflow_compat.entities import params_of, run_info
 from crucible.mlflow_compat.filters import (
     Clause,
     OrderTerm,
-    like_pattern,
+    like_matcher,
     parse_filter,
     parse_order_by,
 )
@@ -73,7 +72,7 @@ def search(
     order = parse_order_by(order_by)
     if any(c.entity == "dataset" for c in clauses):
         raise invalid_filter(filter_text, "Crucible does not filter runs by dataset yet")
-    experiment_rows = [experiments.load(session, caller, e, Role.viewer) for e in experiment_ids]
+    experiment_rows = experiments.readable(session, caller, experiment_ids)
     if not experiment_rows:
         return {"runs": []}
     rows = list(
@@ -96,6 +95,11 @@ def search(
 
 def _test(clause: Clause) -> Callable[[_View], bool]:
     comparator, expected = clause.comparator, clause.value
+    like = (
+        like_matcher(expected, ignore_case=comparator == "ILIKE")
+        if comparator in ("LIKE", "ILIKE") and isinstance(expected, str)
+        else None
+    )
 
     def test(view: _View) -> bool:
         actual = view.value(clause.entity, clause.key)
@@ -111,12 +115,8 @@ def _test(clause: Clause) -> Callable[[_View], bool]:
             return str(actual) in (expected or ())
         if comparator == "NOT IN":
             return str(actual) not in (expected or ())
-        if comparator in ("LIKE", "ILIKE"):
-            assert isinstance(expected, str)
-            return (
-                like_pattern(expected, ignore_case=comparator == "ILIKE").match(str(actual))
-                is not None
-            )
+        if like is not None:
+            return like(str(actual))
         return bool(_NUMERIC[comparator](str(actual), expected))
 
     return test

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from crucible.core.metrics.ingest import ingest
+from crucible.db.tables import Run
+from crucible.domain.enums import Phase
+from crucible.domain.origins import is_from_mlflow
 from crucible.mlflow_compat import limits, runs
 from crucible.mlflow_compat.caller import Caller
 from crucible.mlflow_compat.entities import params_of
-from crucible.mlflow_compat.errors import invalid
+from crucible.mlflow_compat.errors import INVALID_STATE, MlflowError, invalid
 from crucible.schemas.metrics import MetricBatch
 
 
@@ -41,6 +44,7 @@ def log_batch(
     run = runs.load_active(session, caller, run_id)
     new_params = _new_params(run_id, params_of(run), params)
     if new_params:
+        _require_config_open(run, run_id, next(iter(new_params)))
         spec = run.manifest.get("spec", {})
         config = {**spec.get("config", {}), **new_params}
         run.manifest = {**run.manifest, "spec": {**spec, "config": config}}
@@ -78,7 +82,20 @@ def _new_params(
     return new
 
 
+def _require_config_open(run: Run, run_id: str, key: str) -> None:
+    """A param is a key of the run's config. A run Crucible ran was ended with the config its
+    spec digest and provenance record, so it takes no new key once finished; a run an MLflow
+    client made is MLflow's, which lets a finished run take new params."""
+    if Phase(run.phase).is_terminal and not is_from_mlflow(run.manifest):
+        raise MlflowError(
+            INVALID_STATE,
+            f"Cannot log param '{key}' to run {run_id}: it is {run.phase}, and the config of a "
+            "finished Crucible run is what it ran with; log to a new run.",
+        )
+
+
 def delete_tag(session: Session, caller: Caller, run_id: str, key: str) -> None:
+    limits.check_not_reserved(key)
     run = runs.load_active(session, caller, run_id)
     if key not in run.tags:
         raise invalid(f"No tag with name: {key} in run with id {run_id}")

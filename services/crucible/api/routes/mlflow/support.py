@@ -141,6 +141,10 @@ async def get_fields(request: Request) -> dict[str, Any]:
         parsed = json.loads(body)
     except ValueError:
         raise MlflowError(INVALID_PARAMETER_VALUE, "the request body is not JSON") from None
+    except RecursionError:
+        raise MlflowError(
+            INVALID_PARAMETER_VALUE, "the request body's JSON is nested too deep"
+        ) from None
     if not isinstance(parsed, dict):
         raise MlflowError(INVALID_PARAMETER_VALUE, "the request body must be a JSON object")
     return parsed
