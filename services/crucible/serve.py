@@ -92,7 +92,6 @@ def serve_up(
     executor = LocalExecutor(
         CrucibleClient(api_url, executor_token),
         api_url=api_url,
-        token=executor_token,
         home=settings.home,
         gpus=GpuPool(gpus),
     )

@@ -34,7 +34,6 @@ def make_executor(server: LocalServer, api: CrucibleClient, gpus: list[int]) -> 
     return LocalExecutor(
         api,
         api_url=server.url,
-        token=server.token,
         home=server.home,
         gpus=GpuPool(gpus),
         grace_seconds=5,

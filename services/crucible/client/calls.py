@@ -31,7 +31,13 @@ from crucible.schemas.runs import (
     RunSubmit,
 )
 from crucible.schemas.sweeps import SweepPublic, SweepsPublic, SweepSubmit
-from crucible.schemas.tenancy import ProjectCreate, ProjectPublic, TokenCreate, TokenCreated
+from crucible.schemas.tenancy import (
+    ProjectCreate,
+    ProjectPublic,
+    TokenCreate,
+    TokenCreated,
+    TokenPublic,
+)
 
 T = TypeVar("T")
 
@@ -132,6 +138,15 @@ def create_project(project_in: ProjectCreate) -> Call[ProjectPublic]:
 
 def create_token(token_in: TokenCreate) -> Call[TokenCreated]:
     return Call("create_token", "POST", "/api/v1/tokens", TokenCreated, token_in)
+
+
+def list_tokens() -> Call[Page[TokenPublic]]:
+    """Every token this token may see (all of them for a global admin), revoked ones too."""
+    return Call("list_tokens", "GET", "/api/v1/tokens", Page[TokenPublic])
+
+
+def revoke_token(token_id: int) -> Call[TokenPublic]:
+    return Call("revoke_token", "DELETE", f"/api/v1/tokens/{token_id}", TokenPublic)
 
 
 def report_cluster(cluster: str, report: ClusterReport) -> Call[ReportReceived]:

@@ -62,6 +62,7 @@ from crucible.schemas.tenancy import (
     ProjectPublic,
     TokenCreate,
     TokenCreated,
+    TokenPublic,
 )
 from crucible.settings import Settings
 
@@ -236,6 +237,12 @@ class CrucibleClient:
 
     def create_token(self, token_in: TokenCreate) -> TokenCreated:
         return self.send(calls.create_token(token_in))
+
+    def list_tokens(self) -> Page[TokenPublic]:
+        return self.send(calls.list_tokens())
+
+    def revoke_token(self, token_id: int) -> TokenPublic:
+        return self.send(calls.revoke_token(token_id))
 
     def list_experiments(self, project: str | None = None) -> Page[ExperimentPublic]:
         return self._get("/api/v1/experiments", Page[ExperimentPublic], project=project)

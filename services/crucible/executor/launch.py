@@ -2,11 +2,33 @@
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from crucible.domain import contract
 from crucible.schemas.runs import RunPublic
+from crucible.settings import Settings
+
+# What of the executor's environment user code must not get. The control plane's own
+# configuration, every CRUCIBLE_* variable Settings reads (derived, so a secret added there
+# is dropped here too): its database and broker URLs carry passwords, its tokens are global
+# admins, and none of it is a workload's business (the SDK reads only the home, the API URL
+# and the token, which build_env sets for the run). `crucible serve`'s API key likewise.
+# Then the MLflow credentials of whoever started the executor: docs/mlflow.md has people
+# export the admin token as MLFLOW_TRACKING_TOKEN in the shell `crucible up` runs in.
+# Everything else passes through on purpose: a local run is the user's own process on the
+# user's machine (PATH, virtual environments, CUDA and NCCL settings), and storage keys
+# (AWS_*, ...) are what the run itself writes its checkpoints and outputs with, as a pod
+# gets the storage Secret on Kubernetes.
+CONTROL_PLANE_ENV = frozenset(
+    {f"CRUCIBLE_{name}".upper() for name in Settings.model_fields} | {"CRUCIBLE_SERVE_API_KEY"}
+)
+CALLER_CREDENTIALS_ENV = frozenset(
+    {"MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+)
+# Under the API's URL: MLflow code in a run logs to the Crucible that started it.
+MLFLOW_PATH = "/mlflow"
 
 
 def process_count(run: RunPublic) -> int:
@@ -67,10 +89,12 @@ def build_env(
     inputs: dict[str, Any] | None,
     code_dir: Path | None = None,
 ) -> dict[str, str]:
-    """The process environment: the caller's, plus the run's identity, API access, config,
-    spec and pinned inputs (the contract the SDK and the reference workloads read), and the
-    unpacked code package first on PYTHONPATH."""
-    env = dict(os.environ)
+    """The process environment: the caller's without its secrets (CONTROL_PLANE_ENV,
+    CALLER_CREDENTIALS_ENV), plus the run's identity, API access with the attempt's own
+    `token`, for MLflow too, config, spec and pinned inputs (the contract the SDK and the
+    reference workloads read), and the unpacked code package first on PYTHONPATH. The spec's
+    own `env` comes last and may point MLflow elsewhere."""
+    env = inherited_env(os.environ)
     env.pop("CRUCIBLE_RESUME_FROM", None)  # only this attempt's own, if any
     env.update(
         {
@@ -78,6 +102,8 @@ def build_env(
             "CRUCIBLE_TOKEN": token,
             "CRUCIBLE_HOME": str(home),
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+            "MLFLOW_TRACKING_URI": api_url.rstrip("/") + MLFLOW_PATH,
+            "MLFLOW_TRACKING_TOKEN": token,
         }
     )
     env.update(
@@ -96,6 +122,13 @@ def build_env(
     if code_dir is not None and inherited and env["PYTHONPATH"] == str(code_dir):
         env["PYTHONPATH"] += os.pathsep + inherited  # the executor's own, as without a package
     return env
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` less what user code must not get. Names compared as Settings reads them,
+    case-insensitively."""
+    dropped = CONTROL_PLANE_ENV | CALLER_CREDENTIALS_ENV
+    return {k: v for k, v in environ.items() if k.upper() not in dropped}
 
 
 def termination_log_path(home: Path, run_id: int, attempt: int) -> Path:

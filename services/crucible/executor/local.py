@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,9 +23,10 @@ from crucible.domain import contract, reasons
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.origins import is_from_mlflow
 from crucible.executor.cluster_report import ProcessGroup, Reporter
+from crucible.executor.credentials import DEFAULT_LIFETIME, RunCredentials, RunToken
 from crucible.executor.gpus import GpuPool
 from crucible.executor.launch import build_command, build_env, read_termination_message, working_dir
-from crucible.schemas.runs import AttemptEnd, PhaseReport, RunPublic
+from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +34,14 @@ log = logging.getLogger(__name__)
 @dataclass
 class ActiveAttempt:
     run_id: int
+    run_created_at: datetime  # with the id, which run this is: SQLite reuses a deleted run's id
     number: int
     process: subprocess.Popen[bytes]
     gpus: list[int]
     log_file: IO[bytes]
+    token: RunToken
     preempted: bool = False
+    vanished: bool = False  # the run was deleted (its project force-deleted) while it ran
     stop_deadline: float | None = None
     seen_event_id: int = 0  # events before this one were already looked at
     started: float = field(default_factory=time.monotonic)
@@ -48,20 +53,23 @@ class LocalExecutor:
         client: CrucibleClient,
         *,
         api_url: str,
-        token: str,
         home: Path,
         gpus: GpuPool,
         grace_seconds: float = 120.0,
+        run_token_lifetime: timedelta = DEFAULT_LIFETIME,
     ) -> None:
+        """`client` holds the executor's own token, a global admin's: it never reaches a run,
+        which gets a token of its own (RunCredentials)."""
         self._client = client
         self._api_url = api_url
-        self._token = token
+        self._credentials = RunCredentials(client, api_url=api_url, lifetime=run_token_lifetime)
         self._home = home
         self._gpus = gpus
         # Between SIGTERM and SIGKILL: time to checkpoint. An online RL run finishes the
         # round in progress first, which on a loaded laptop can take a minute.
         self._grace = grace_seconds
         self._active: dict[int, ActiveAttempt] = {}
+        self._unrevoked: list[RunToken] = []  # of ended attempts, while the API did not answer
         self._lock = threading.Lock()
         self._reporter = Reporter(client)
 
@@ -84,6 +92,7 @@ class LocalExecutor:
 
     def tick(self) -> None:
         with self._lock:
+            self._retry_revocations()
             self._reap()
             self._watch_active()
             self._start_waiting()
@@ -103,7 +112,10 @@ class LocalExecutor:
 
     def adopt_orphans(self) -> None:
         """Runs left Running by an executor that died lost their processes: end those
-        attempts as node-lost, so recovery (or the user) can start the next one."""
+        attempts as node-lost, so recovery (or the user) can start the next one, and revoke
+        the tokens it could not."""
+        with self._lock:
+            self._credentials.revoke_left_behind(keep=set(self._active))
         for run in self._local_runs(Phase.Running):
             if run.id in self._active:
                 continue
@@ -191,9 +203,31 @@ class LocalExecutor:
         if run.phase != Phase.Scheduling:
             self._report(run.id, Phase.Scheduling, "", "")
         start = run.next_attempt_start()
-        attempt = self._client.start_attempt(run.id, start)
-        resume_from = start.resumed_from_checkpoint_id
-        path = self.log_path(run.id, attempt.number)
+        token: RunToken | None = None
+        try:
+            attempt = self._client.start_attempt(run.id, start)
+            # Minted for this attempt alone: it dies with the attempt (_reap), so what user
+            # code leaks (printed to a log any project viewer reads) stops working then.
+            token = self._credentials.mint(run, attempt.number)
+            self._launch(run, inputs, command, attempt.number, start, gpus, token)
+        finally:
+            if run.id not in self._active:  # it never started: nothing holds the GPUs or token
+                self._gpus.give_back(gpus)
+                if token is not None:
+                    self._revoke(token)
+
+    def _launch(
+        self,
+        run: RunPublic,
+        inputs: dict[str, Any],
+        command: list[str],
+        number: int,
+        start: AttemptStart,
+        gpus: list[int],
+        token: RunToken,
+    ) -> None:
+        """Start attempt `number`'s processes; one that cannot start is ended here."""
+        path = self.log_path(run.id, number)
         path.parent.mkdir(parents=True, exist_ok=True)
         log_file = path.open("ab")
         try:
@@ -201,9 +235,8 @@ class LocalExecutor:
         except (code_package.PackageError, OSError) as exc:
             log_file.write(f"crucible: {exc}\n".encode())
             log_file.close()
-            self._gpus.give_back(gpus)
-            message = f"attempt {attempt.number} failed before it started: {exc}"
-            self._end_attempt(run.id, attempt.number, reasons.REASON_ERROR_EXIT, None, message)
+            message = f"attempt {number} failed before it started: {exc}"
+            self._end_attempt(run.id, number, reasons.REASON_ERROR_EXIT, None, message)
             self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)
             return
         try:
@@ -211,12 +244,12 @@ class LocalExecutor:
                 command,
                 env=build_env(
                     run,
-                    attempt=attempt.number,
+                    attempt=number,
                     api_url=self._api_url,
-                    token=self._token,
+                    token=token.secret,
                     home=self._home,
                     gpus=gpus,
-                    resume_from=resume_from,
+                    resume_from=start.resumed_from_checkpoint_id,
                     inputs=inputs,
                     code_dir=code_dir,
                 ),
@@ -229,9 +262,8 @@ class LocalExecutor:
             )
         except OSError as exc:
             log_file.close()
-            self._gpus.give_back(gpus)
             self._end_attempt(
-                run.id, attempt.number, reasons.REASON_ERROR_EXIT, None, f"could not start: {exc}"
+                run.id, number, reasons.REASON_ERROR_EXIT, None, f"could not start: {exc}"
             )
             self._report(
                 run.id,
@@ -240,8 +272,10 @@ class LocalExecutor:
                 f"could not start the workload: {exc}",
             )
             return
-        self._active[run.id] = ActiveAttempt(run.id, attempt.number, process, gpus, log_file)
-        self._report(run.id, Phase.Running, "", f"attempt {attempt.number}, pid {process.pid}")
+        self._active[run.id] = ActiveAttempt(
+            run.id, run.created_at, number, process, gpus, log_file, token
+        )
+        self._report(run.id, Phase.Running, "", f"attempt {number}, pid {process.pid}")
 
     def _code_dir(self, run: RunPublic, inputs: dict[str, Any]) -> Path | None:
         """The run's code package, checked and unpacked under CRUCIBLE_HOME/code (once per
@@ -260,13 +294,17 @@ class LocalExecutor:
         )
 
     def _watch_active(self) -> None:
-        """Act on what users asked through the API: cancel stops, preempt drains."""
+        """Act on what users asked through the API: cancel stops, preempt drains, deleting
+        the run (with its project) kills it."""
         for active in list(self._active.values()):
             if active.stop_deadline is not None:
                 if time.monotonic() > active.stop_deadline:
                     self._signal(active, signal.SIGKILL)
                 continue
-            phase = self._client.get_run(active.run_id).phase
+            run = self._run_unless_deleted(active)
+            if run is None:
+                continue
+            phase = run.phase
             if phase == Phase.Cancelled:
                 self._signal(active, signal.SIGTERM)
                 active.stop_deadline = time.monotonic() + self._grace
@@ -276,7 +314,13 @@ class LocalExecutor:
                 self._signal(active, signal.SIGKILL)
                 active.stop_deadline = time.monotonic()
                 continue
-            events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
+            try:
+                events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                self._forget(active)
+                continue
             if events:
                 active.seen_event_id = events[-1].id
             if any(
@@ -292,15 +336,19 @@ class LocalExecutor:
                 continue
             # Reported first: if the API is busy the attempt stays here and is reported again
             # next tick (both reports are idempotent), rather than being forgotten as Running.
-            self._finish(active, code)
+            if not active.vanished:
+                self._finish(active, code)
             del self._active[run_id]
             active.log_file.close()
             self._gpus.give_back(active.gpus)
+            self._revoke(active.token)
 
     def _finish(self, active: ActiveAttempt, code: int) -> None:
         """Record how the attempt ended. A bad end moves the run to Interrupted; the recovery
         worker then decides between another attempt and Failed, by the run's budgets."""
-        run = self._client.get_run(active.run_id)
+        run = self._run_unless_deleted(active)
+        if run is None:
+            return
         if run.phase == Phase.Cancelled:
             self._end(active, reasons.REASON_CANCELLED_BY_USER, code, "stopped on cancel")
         elif run.phase != Phase.Running:
@@ -329,6 +377,44 @@ class LocalExecutor:
             self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)
 
     # -- plumbing ----------------------------------------------------------------------------
+
+    def _run_unless_deleted(self, active: ActiveAttempt) -> RunPublic | None:
+        """The attempt's run; None once it is deleted (its id missing, or another run's
+        since), after stopping its processes."""
+        try:
+            run = self._client.get_run(active.run_id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        else:
+            if run.created_at == active.run_created_at:
+                return run
+        self._forget(active)
+        return None
+
+    def _forget(self, active: ActiveAttempt) -> None:
+        """The run is gone (a project force-deleted under it): nothing is left to report to
+        or to checkpoint for, so its processes are killed now and reaped without a report;
+        every other run carries on."""
+        log.warning(
+            "run %s was deleted while attempt %s ran: stopping it", active.run_id, active.number
+        )
+        active.vanished = True
+        active.stop_deadline = time.monotonic()
+        if active.process.returncode is None:  # not reaped yet, so its group is still its own
+            self._signal(active, signal.SIGKILL)
+
+    def _revoke(self, token: RunToken) -> None:
+        try:
+            self._credentials.revoke(token)
+        except ApiError as exc:
+            log.warning("could not revoke run token %s yet: %s", token.id, exc)
+            self._unrevoked.append(token)
+
+    def _retry_revocations(self) -> None:
+        pending, self._unrevoked = self._unrevoked, []
+        for token in pending:
+            self._revoke(token)
 
     def _local_runs(self, phase: Phase) -> list[RunPublic]:
         page = self._client.list_runs(phase=phase.value, descending=False, limit=1000)
