@@ -162,6 +162,14 @@ def test_filters_have_bounds_that_name_themselves(
     refused(response, named)
 
 
+def test_a_search_of_too_many_experiments_names_the_bound(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    ids = [str(i) for i in range(1, 1002)]
+    response = call(client, tokens["viewer"], "POST", "/runs/search", json={"experiment_ids": ids})
+    refused(response, "experiment_ids", "1000")
+
+
 # --- Defect 9: ordinary bad inputs answer 400, never 500 --------------------------------------
 
 

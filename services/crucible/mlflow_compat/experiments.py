@@ -18,6 +18,7 @@ from crucible.mlflow_compat.errors import (
     RESOURCE_ALREADY_EXISTS,
     RESOURCE_DOES_NOT_EXIST,
     MlflowError,
+    invalid,
 )
 from crucible.mlflow_compat.filters import (
     MAX_LIKE_PATTERN_LENGTH,
@@ -25,6 +26,9 @@ from crucible.mlflow_compat.filters import (
     like_matcher,
 )
 from crucible.mlflow_compat.pages import page_of
+
+# MLflow sets no bound; each id is a lookup, and the UI compares a few dozen at most.
+MAX_SEARCHED_EXPERIMENTS = 1000
 
 
 def load(session: Session, caller: Caller, experiment_id: str, role: Role) -> Experiment:
@@ -60,6 +64,11 @@ def default_experiment(session: Session, caller: Caller, role: Role) -> Experime
 def readable(session: Session, caller: Caller, experiment_ids: list[str]) -> list[Experiment]:
     """The experiments a search reads. The default one, not made yet, holds nothing, so a
     search of it finds nothing rather than failing."""
+    if len(experiment_ids) > MAX_SEARCHED_EXPERIMENTS:
+        raise invalid(
+            f"Invalid value for parameter 'experiment_ids': {len(experiment_ids)} experiments, "
+            f"more than {MAX_SEARCHED_EXPERIMENTS} in one search"
+        )
     found = []
     for experiment_id in experiment_ids:
         if experiment_id == ids.DEFAULT_EXPERIMENT_ID:
