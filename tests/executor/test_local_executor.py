@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from crucible.client import CrucibleClient
+from crucible.executor.credentials import token_name
 from crucible.executor.gpus import GpuPool
 from crucible.executor.launch import build_command
 from crucible.executor.local import LocalExecutor
@@ -61,6 +62,12 @@ def phase_of(api: CrucibleClient, run_id: int) -> str:
     return api.get_run(run_id).phase.value
 
 
+def assert_token_revoked(api: CrucibleClient, run_id: int, attempt: int) -> None:
+    """The attempt's own token (tests/executor/test_run_credentials.py) died with it."""
+    (token,) = [t for t in api.list_tokens().items if t.name == token_name(run_id, attempt)]
+    assert token.revoked_at is not None
+
+
 def interruptions(api: CrucibleClient, run_id: int) -> list[RunEventPublic]:
     """The run's moves to Interrupted: recovery decides in the same transaction as the
     report, so the phase itself is already the decision's when the report returns."""
@@ -107,6 +114,7 @@ def test_non_zero_exit_interrupts_the_run_for_recovery(
     attempt = live_api.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("ErrorExit", 3)
     assert "exit code 3: the tokenizer file is missing" in attempt.message
+    assert_token_revoked(live_api, run.id, 1)
     (interrupted,) = interruptions(live_api, run.id)
     assert interrupted.reason == "ErrorExit" and "exit code 3" in interrupted.message
 
@@ -122,6 +130,7 @@ def test_preempt_sends_sigterm_and_ends_the_attempt_as_interrupted(
     tick_until(executor, lambda: bool(interruptions(live_api, run.id)))
     attempt = live_api.list_attempts(run.id)[0]
     assert (attempt.end_reason, attempt.exit_code) == ("Preempted", 143)
+    assert_token_revoked(live_api, run.id, 1)
     assert "checkpointed on SIGTERM" in executor.log_path(run.id, 1).read_text()
 
 
@@ -133,6 +142,7 @@ def test_cancel_stops_the_processes(live_server: LocalServer, live_api: Crucible
     tick_until(executor, lambda: live_api.list_attempts(run.id)[0].ended_at is not None)
     assert live_api.list_attempts(run.id)[0].end_reason == "CancelledByUser"
     assert phase_of(live_api, run.id) == "Cancelled"
+    assert_token_revoked(live_api, run.id, 1)
 
 
 def test_runs_queue_for_gpus_and_get_their_own_devices(
