@@ -26,8 +26,7 @@ MAX_RUN_NAME_LENGTH = 250
 MAX_USER_ID_LENGTH = 256
 # A run's start and end: what a datetime holds, from the epoch on.
 LATEST_TIME_MS = int(datetime(9999, 12, 31, tzinfo=UTC).timestamp() * 1000)
-# Unicode's controls (C0, DEL, C1: a terminal's escapes among them), line and paragraph
-# separators, and the bidirectional overrides that make text read other than it is stored.
+# The bidirectional overrides and isolates, which make text read other than it is stored.
 _BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
@@ -135,6 +134,8 @@ def check_run_name(name: str) -> None:
 
 
 def check_printable(what: str, text: str) -> None:
+    """No controls (C0, DEL and C1: a terminal's escapes among them), line or paragraph
+    separators, or bidirectional overrides in a name."""
     for character in text:
         if unicodedata.category(character) in ("Cc", "Zl", "Zp") or character in _BIDI_CONTROLS:
             raise invalid(
