@@ -46,3 +46,18 @@ def test_the_tail_of_the_latest_attempt_from_a_line_start(
     whole = admin.get(url, params={"tail_bytes": 1 << 20}).json()
     assert not whole["truncated"] and whole["text"].startswith("step 0 loss 1.0000")
     assert admin.get(url, params={"attempt": 1}).json()["attempt"] == 1
+
+
+def test_an_attempt_the_run_never_had_is_not_found(admin: TestClient, settings: Settings) -> None:
+    """The log is found by run id and attempt number: a number the run never had may name
+    another run's file (a deleted run's, before ids were never reused)."""
+    make_project(admin)
+    rid = submit(admin)["id"]
+    assert isinstance(rid, int)
+    assert admin.post(f"/api/v1/runs/{rid}/attempts", json={"reason": "initial"}).is_success
+    planted = log_path(settings.home, rid, 2)
+    planted.parent.mkdir(parents=True)
+    planted.write_text("not this run's\n")
+    answer = admin.get(f"/api/v1/runs/{rid}/log-tail", params={"attempt": 2})
+    assert answer.status_code == 404, answer.text
+    assert f"run {rid}'s attempt 2 not found" in answer.json()["detail"]

@@ -1,8 +1,14 @@
 """Projects and experiments."""
 
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from crucible.artifacts import remote, storage
 from crucible.core.access import Principal
 from crucible.core.lookups import (
     experiment_by_name,
@@ -23,6 +29,37 @@ from crucible.schemas.tenancy import (
     ProjectPublic,
     ProjectUpdate,
 )
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What a deleted project or experiment leaves outside the database, to remove once the
+    deletion has committed: its runs' folders under the home (`runs/<id>/`: logs, outputs,
+    local checkpoints) and its experiments' MLflow artifact folders (`<root>/<id>/`)."""
+
+    run_ids: list[int]
+    experiment_ids: list[int]
+
+
+def remove_leftovers(leftovers: Leftovers, *, home: Path, mlflow_artifact_root: str) -> None:
+    """Remove them; a store that does not answer keeps its files, which no row names any
+    more (and, ids never being reused, none will)."""
+    for run_id in leftovers.run_ids:
+        shutil.rmtree(home / "runs" / str(run_id), ignore_errors=True)
+    for experiment_id in leftovers.experiment_ids:
+        uri = f"{mlflow_artifact_root.rstrip('/')}/{experiment_id}"
+        path = storage.local_path(uri)
+        try:
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                remote.remove(uri)
+        except Exception:  # botocore and aiohttp raise many kinds; all mean "not now"
+            log.warning(
+                "could not delete the artifacts of deleted experiment %s", uri, exc_info=True
+            )
 
 
 def create_project(
@@ -76,13 +113,24 @@ def update_project(
     return ProjectPublic.model_validate(row)
 
 
-def delete_project(*, session: Session, principal: Principal, project_id: int, force: bool) -> None:
+def delete_project(
+    *, session: Session, principal: Principal, project_id: int, force: bool
+) -> Leftovers:
+    """Delete the project and (with `force`) its runs; what they leave on disk is the
+    caller's to remove after the commit (`remove_leftovers`)."""
     row = get_or_404(session, Project, project_id, "project")
     principal.require(row.id, Role.admin, entity="project", key=project_id)
     principal.require_global_admin()
     _refuse_if_runs(session, Run.project_id == row.id, f"project {row.name!r}", force)
+    leftovers = Leftovers(
+        run_ids=list(session.scalars(select(Run.id).where(Run.project_id == row.id))),
+        experiment_ids=list(
+            session.scalars(select(Experiment.id).where(Experiment.project_id == row.id))
+        ),
+    )
     session.delete(row)
     session.flush()
+    return leftovers
 
 
 def create_experiment(
@@ -153,12 +201,18 @@ def update_experiment(
 
 def delete_experiment(
     *, session: Session, principal: Principal, experiment_id: int, force: bool
-) -> None:
+) -> Leftovers:
+    """As `delete_project`, for one experiment."""
     row = get_or_404(session, Experiment, experiment_id, "experiment")
     principal.require(row.project_id, Role.editor, entity="experiment", key=experiment_id)
     _refuse_if_runs(session, Run.experiment_id == row.id, f"experiment {row.name!r}", force)
+    leftovers = Leftovers(
+        run_ids=list(session.scalars(select(Run.id).where(Run.experiment_id == row.id))),
+        experiment_ids=[row.id],
+    )
     session.delete(row)
     session.flush()
+    return leftovers
 
 
 def _refuse_if_runs(

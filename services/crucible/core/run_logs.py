@@ -15,6 +15,7 @@ from crucible.core.access import Principal
 from crucible.core.runs import load_run
 from crucible.db.tables import Attempt
 from crucible.domain.enums import Backend, Role
+from crucible.domain.errors import NotFound
 from crucible.domain.resources import LABEL_RUN
 from crucible.schemas.common import PublicModel
 
@@ -44,6 +45,15 @@ def log_tail(
     tail_bytes: int,
 ) -> LogTail:
     run = load_run(session, principal, run_id, Role.viewer)
+    if attempt is not None and (
+        session.scalar(
+            select(Attempt.id).where(Attempt.run_id == run.id, Attempt.number == attempt)
+        )
+        is None
+    ):
+        # The file is found by number alone: a number the run never had may be another
+        # run's log (a deleted run's, under a reused id).
+        raise NotFound(f"run {run.id}'s attempt", attempt)
     number = attempt or session.scalar(
         select(func.max(Attempt.number)).where(Attempt.run_id == run.id)
     )

@@ -57,12 +57,21 @@ def update_project(
 
 @router.delete("/projects/{project_id}", operation_id="deleteProject", tags=["projects"])
 def delete_project(
-    project_id: PathId, uow: Uow, principal: CurrentPrincipal, force: Force = False
+    project_id: PathId,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    settings: SettingsDep,
+    force: Force = False,
 ) -> Deleted:
+    # With `force`, its runs go too: their logs, outputs and MLflow artifacts once the
+    # deletion has committed (not before: a failed commit would leave runs without files).
     with uow() as session:
-        projects.delete_project(
+        leftovers = projects.delete_project(
             session=session, principal=principal, project_id=project_id, force=force
         )
+    projects.remove_leftovers(
+        leftovers, home=settings.home, mlflow_artifact_root=settings.resolved_mlflow_artifact_root
+    )
     return Deleted(id=project_id)
 
 
@@ -143,10 +152,17 @@ def update_experiment(
     "/experiments/{experiment_id}", operation_id="deleteExperiment", tags=["experiments"]
 )
 def delete_experiment(
-    experiment_id: PathId, uow: Uow, principal: CurrentPrincipal, force: Force = False
+    experiment_id: PathId,
+    uow: Uow,
+    principal: CurrentPrincipal,
+    settings: SettingsDep,
+    force: Force = False,
 ) -> Deleted:
     with uow() as session:
-        projects.delete_experiment(
+        leftovers = projects.delete_experiment(
             session=session, principal=principal, experiment_id=experiment_id, force=force
         )
+    projects.remove_leftovers(
+        leftovers, home=settings.home, mlflow_artifact_root=settings.resolved_mlflow_artifact_root
+    )
     return Deleted(id=experiment_id)

@@ -11,5 +11,12 @@ NAMING_CONVENTION = {
 }
 
 
+NEVER_REUSED = {"sqlite_autoincrement": True}
+"""Table options of a table whose ids name folders (`runs/<id>/`) or appear in URLs and
+cursors: SQLite otherwise hands a deleted row's id (the highest) to the next row, which
+would then find the deleted one's files, logs and links. Postgres' sequences never reuse
+one."""
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)

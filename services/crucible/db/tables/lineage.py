@@ -6,13 +6,13 @@ from typing import Any
 from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from crucible.db.tables.base import Base
+from crucible.db.tables.base import NEVER_REUSED, Base
 from crucible.db.types import BigId, Json, UtcDateTime, utcnow
 
 
 class Dataset(Base):
     __tablename__ = "datasets"
-    __table_args__ = (UniqueConstraint("project_id", "name"),)
+    __table_args__ = (UniqueConstraint("project_id", "name"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
@@ -26,6 +26,7 @@ class DatasetVersion(Base):
     __table_args__ = (
         UniqueConstraint("dataset_id", "version"),
         UniqueConstraint("dataset_id", "digest"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -43,7 +44,7 @@ class DatasetVersion(Base):
 
 class Checkpoint(Base):
     __tablename__ = "checkpoints"
-    __table_args__ = (UniqueConstraint("run_id", "step"),)
+    __table_args__ = (UniqueConstraint("run_id", "step"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -62,6 +63,7 @@ class EvalResult(Base):
     __table_args__ = (
         UniqueConstraint("checkpoint_id", "suite", "eval_run_id"),
         Index("ix_eval_results_checkpoint", "checkpoint_id"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -79,7 +81,7 @@ class Artifact(Base):
     tokenizer), content-addressed; its sources are lineage edges (`derived`)."""
 
     __tablename__ = "artifacts"
-    __table_args__ = (UniqueConstraint("project_id", "uri"),)
+    __table_args__ = (UniqueConstraint("project_id", "uri"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))

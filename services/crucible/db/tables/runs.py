@@ -6,7 +6,7 @@ from typing import Any
 from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from crucible.db.tables.base import Base
+from crucible.db.tables.base import NEVER_REUSED, Base
 from crucible.db.types import BigId, Json, UtcDateTime, utcnow
 
 
@@ -18,6 +18,7 @@ class Run(Base):
         UniqueConstraint("k8s_namespace", "kind", "k8s_name"),
         Index("ix_runs_experiment_created", "experiment_id", "created_at"),
         Index("ix_runs_project_phase", "project_id", "phase"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -61,7 +62,7 @@ class Run(Base):
 
 class Attempt(Base):
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("run_id", "number"),)
+    __table_args__ = (UniqueConstraint("run_id", "number"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
@@ -89,7 +90,7 @@ class RunEvent(Base):
     """The run's timeline: phase changes, attempts, checkpoints, operator and worker notes."""
 
     __tablename__ = "run_events"
-    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"),)
+    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -105,6 +106,7 @@ class RunProfileRequest(Base):
     chose for it once it started, and whether its files are written."""
 
     __tablename__ = "run_profile_requests"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from crucible.db.tables.base import Base
+from crucible.db.tables.base import NEVER_REUSED, Base
 from crucible.db.types import BigId, Json, UtcDateTime, utcnow
 
 
@@ -16,7 +16,7 @@ class Deployment(Base):
     reports under (project, backend, name)."""
 
     __tablename__ = "deployments"
-    __table_args__ = (UniqueConstraint("project_id", "backend", "name"),)
+    __table_args__ = (UniqueConstraint("project_id", "backend", "name"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))

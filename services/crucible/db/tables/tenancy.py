@@ -6,12 +6,13 @@ from typing import Any
 from sqlalchemy import ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from crucible.db.tables.base import Base
+from crucible.db.tables.base import NEVER_REUSED, Base
 from crucible.db.types import BigId, Json, UtcDateTime, utcnow
 
 
 class Project(Base):
     __tablename__ = "projects"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
@@ -25,6 +26,7 @@ class ApiToken(Base):
     """A bearer token. Only its SHA-256 is stored; `project_id` NULL means every project."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     project_id: Mapped[int | None] = mapped_column(
@@ -41,7 +43,7 @@ class ApiToken(Base):
 
 class Experiment(Base):
     __tablename__ = "experiments"
-    __table_args__ = (UniqueConstraint("project_id", "name"),)
+    __table_args__ = (UniqueConstraint("project_id", "name"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     project_id: Mapped[int] = mapped_column(
