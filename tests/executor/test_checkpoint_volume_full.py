@@ -4,6 +4,7 @@ half-written one is registered or left behind, and the next attempt resumes from
 complete checkpoint. A real `crucible up` (API, local executor, workers) runs a workload
 that checkpoints onto a 512 kB tmpfs."""
 
+import json
 import subprocess
 import sys
 import time
@@ -72,7 +73,13 @@ def test_a_full_volume_ends_the_attempt_clearly_and_recovery_resumes_from_the_la
         },
     }
     with (
-        local_server(tmp_path, startup_seconds=180, command="up") as server,
+        local_server(
+            tmp_path,
+            startup_seconds=180,
+            command="up",
+            # The volume is storage of this installation's, as a mounted disk would be.
+            env={"CRUCIBLE_STORAGE_ROOTS": json.dumps([small_volume.as_uri() + "/"])},
+        ) as server,
         CrucibleClient(server.url, (server.home / "token").read_text().strip()) as api,
     ):
         run = api.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]

@@ -219,12 +219,13 @@ def test_a_run_waits_for_its_inputs_and_gets_them_pinned_in_its_environment(
     executor.tick()
     assert phase_of(live_api, run.id) == "WaitingForInputs"
     assert "dataset 'exec-data' has no version yet" in live_api.get_run(run.id).message
+    home = live_server.home  # the project's own storage is under it
     live_api.register_dataset_version(
         DatasetVersionCreate.model_validate(
             {
                 "project": "default",
                 "name": "exec-data",
-                "uri": "s3://bucket/exec-data",
+                "uri": (home / "projects" / str(run.project_id) / "exec-data").as_uri(),
                 "digest": "sha256:" + "0" * 64,
             }
         )
