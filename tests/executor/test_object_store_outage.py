@@ -5,6 +5,7 @@ answers again, and the next attempt resumes from the last intact checkpoint. A r
 `crucible up` (API, local executor, workers) and a private SeaweedFS of scripts/objectstore,
 whose S3 gateway is stopped and started as an outage would."""
 
+import json
 import os
 import subprocess
 import sys
@@ -112,7 +113,13 @@ def test_the_store_going_down_ends_the_attempt_clearly_and_the_run_resumes_once_
         },
     }
     with (
-        local_server(tmp_path, startup_seconds=180, command="up", env=store.client_env) as server,
+        local_server(
+            tmp_path,
+            startup_seconds=180,
+            command="up",
+            # The bucket is storage of this installation's: a spec may keep checkpoints there.
+            env=store.client_env | {"CRUCIBLE_STORAGE_ROOTS": json.dumps([base + "/"])},
+        ) as server,
         CrucibleClient(server.url, server.token) as api,
     ):
         run = api.submit_run(RunSubmit(project="default", manifest=manifest))  # type: ignore[arg-type]
