@@ -7,7 +7,8 @@ an admin, an editor and a viewer token; and the three checks every fuzz batch en
 
 B's rows are found from the schema rather than listed by hand, so a new table joins the
 check the day it is added: a row is B's when it is B's project, or it points by a foreign
-key at a row of B (a row of A that links to B's checkpoint counts as B's, which is the point).
+key at a row of B (a row of A that links to B's checkpoint counts as B's, which is the point),
+or it is an outbox message whose payload names one.
 """
 
 from collections.abc import Iterator
@@ -208,9 +209,21 @@ def snapshot(app: FastAPI) -> Snapshot:
     return every_row(app)
 
 
+# Keys of the outbox's JSON payloads that name a row: a message about B's run is B's.
+PAYLOAD_REFERENCES = {
+    "project_id": "projects",
+    "run_id": "runs",
+    "checkpoint_id": "checkpoints",
+    "experiment_id": "experiments",
+    "sweep_id": "sweeps",
+    "deployment_id": "deployments",
+}
+
+
 def rows_of(rows: Snapshot, project_id: int) -> Snapshot:
-    """The rows of `rows` that are the project's or point at one of its rows."""
-    owned: dict[str, set[Any]] = {}
+    """The rows of `rows` that are the project's, point at one of its rows by a foreign key,
+    or (the outbox) name one in their payload."""
+    owned: dict[str, set[Any]] = {"projects": {project_id}}
     mine: Snapshot = {}
     for table in Base.metadata.sorted_tables:
         links = [
@@ -224,9 +237,21 @@ def rows_of(rows: Snapshot, project_id: int) -> Snapshot:
             if (table.name == "projects" and row["id"] == project_id)
             or any(row[column] in owned[parent] for column, parent in links)
         ]
-        owned[table.name] = {row.get("id") for row in kept}
+        if table.name != "projects":
+            owned[table.name] = {row.get("id") for row in kept}
         if kept:
             mine[table.name] = kept
+    messages = [
+        row
+        for row in rows.get("outbox", [])
+        if isinstance(row["payload"], dict)
+        and any(
+            row["payload"].get(key) in owned.get(table, set())
+            for key, table in PAYLOAD_REFERENCES.items()
+        )
+    ]
+    if messages:
+        mine["outbox"] = messages
     return mine
 
 

@@ -178,6 +178,7 @@ def encoded(body: Any) -> st.SearchStrategy[bytes]:
         st.just(whole[: len(whole) // 2]),
         st.just(b"[" * 100_000),  # nesting deeper than any parser should follow
         st.just(b"\xff\xfe"),
+        st.just(b" " * (9 << 20)),  # past the default 8 MiB body limit, to be refused unread
     )
 
 
