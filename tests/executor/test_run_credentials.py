@@ -252,6 +252,23 @@ def test_force_deleting_a_project_under_a_live_run_leaves_the_executor_working(
     assert not loop.is_alive()
 
 
+def test_a_run_the_api_refuses_to_start_holds_up_no_other(
+    live_server: LocalServer, live_api: CrucibleClient, projects: tuple[str, str]
+) -> None:
+    stuck = submit(live_api, projects[0], "stuck", "print('never')")
+    # An attempt left open (by another executor, say): starting one more is a 409, each tick.
+    live_api.start_attempt(stuck.id, stuck.next_attempt_start())
+    fine = submit(live_api, projects[1], "fine", "print('ran')")
+    executor = make_executor(live_server, live_api)
+    tick_until(executor, lambda: live_api.get_run(fine.id).phase.value == "Succeeded")
+    assert live_api.get_run(stuck.id).phase.value == "Scheduling"
+    assert not [
+        t
+        for t in live_api.list_tokens().items
+        if t.name.endswith(f"run {stuck.id} attempt 2") and t.revoked_at is None
+    ]
+
+
 def wait_for_phase(api: CrucibleClient, run_id: int, phase: str) -> RunPublic:
     deadline = time.monotonic() + 30
     while (run := api.get_run(run_id)).phase.value != phase:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import IO, Any
 from crucible.artifacts import code_package
 from crucible.client import ApiError, CrucibleClient
 from crucible.client.code_packages import describe_code_package, find_code_package
+from crucible.client.http import TRANSIENT_STATUSES
 from crucible.domain import contract, reasons
 from crucible.domain.enums import Backend, Phase
 from crucible.domain.origins import is_from_mlflow
@@ -167,19 +169,22 @@ class LocalExecutor:
     def _start_waiting(self) -> None:
         for phase in (Phase.Pending, Phase.WaitingForInputs, Phase.Scheduling):
             for run in self._local_runs(phase):
-                if run.id in self._active:
-                    continue
-                inputs = run.resolved_inputs
-                if inputs is None:
-                    resolution = self._client.resolve_inputs(run.id)
-                    if not resolution.ready:
-                        continue  # waiting (the API moved it to WaitingForInputs) or failed
-                    inputs = {
-                        "datasets": resolution.datasets,
-                        "checkpoint": resolution.checkpoint,
-                        "artifacts": resolution.artifacts,
-                    }
-                self._try_start(run, inputs)
+                if run.id not in self._active:
+                    with self._alone(run.id):
+                        self._start(run)
+
+    def _start(self, run: RunPublic) -> None:
+        inputs = run.resolved_inputs
+        if inputs is None:
+            resolution = self._client.resolve_inputs(run.id)
+            if not resolution.ready:
+                return  # waiting (the API moved it to WaitingForInputs) or failed
+            inputs = {
+                "datasets": resolution.datasets,
+                "checkpoint": resolution.checkpoint,
+                "artifacts": resolution.artifacts,
+            }
+        self._try_start(run, inputs)
 
     def _try_start(self, run: RunPublic, inputs: dict[str, Any]) -> None:
         gpus = self._gpus.take(run.gpus)
@@ -297,37 +302,41 @@ class LocalExecutor:
         """Act on what users asked through the API: cancel stops, preempt drains, deleting
         the run (with its project) kills it."""
         for active in list(self._active.values()):
-            if active.stop_deadline is not None:
-                if time.monotonic() > active.stop_deadline:
-                    self._signal(active, signal.SIGKILL)
-                continue
-            run = self._run_unless_deleted(active)
-            if run is None:
-                continue
-            phase = run.phase
-            if phase == Phase.Cancelled:
-                self._signal(active, signal.SIGTERM)
-                active.stop_deadline = time.monotonic() + self._grace
-                continue
-            if phase != Phase.Running:
-                # Judged from outside (the heartbeat watchdog found it hung): stop it now.
+            with self._alone(active.run_id):
+                self._watch(active)
+
+    def _watch(self, active: ActiveAttempt) -> None:
+        if active.stop_deadline is not None:
+            if time.monotonic() > active.stop_deadline:
                 self._signal(active, signal.SIGKILL)
-                active.stop_deadline = time.monotonic()
-                continue
-            try:
-                events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                self._forget(active)
-                continue
-            if events:
-                active.seen_event_id = events[-1].id
-            if any(
-                e.type == reasons.EVENT_PREEMPT_REQUESTED and e.data.get("attempt") == active.number
-                for e in events
-            ):
-                self._preempt(active)
+            return
+        run = self._run_unless_deleted(active)
+        if run is None:
+            return
+        phase = run.phase
+        if phase == Phase.Cancelled:
+            self._signal(active, signal.SIGTERM)
+            active.stop_deadline = time.monotonic() + self._grace
+            return
+        if phase != Phase.Running:
+            # Judged from outside (the heartbeat watchdog found it hung): stop it now.
+            self._signal(active, signal.SIGKILL)
+            active.stop_deadline = time.monotonic()
+            return
+        try:
+            events = self._client.list_events(active.run_id, after_id=active.seen_event_id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            self._forget(active)
+            return
+        if events:
+            active.seen_event_id = events[-1].id
+        if any(
+            e.type == reasons.EVENT_PREEMPT_REQUESTED and e.data.get("attempt") == active.number
+            for e in events
+        ):
+            self._preempt(active)
 
     def _reap(self) -> None:
         for run_id, active in list(self._active.items()):
@@ -336,12 +345,13 @@ class LocalExecutor:
                 continue
             # Reported first: if the API is busy the attempt stays here and is reported again
             # next tick (both reports are idempotent), rather than being forgotten as Running.
-            if not active.vanished:
-                self._finish(active, code)
-            del self._active[run_id]
-            active.log_file.close()
-            self._gpus.give_back(active.gpus)
-            self._revoke(active.token)
+            with self._alone(run_id):
+                if not active.vanished:
+                    self._finish(active, code)
+                del self._active[run_id]
+                active.log_file.close()
+                self._gpus.give_back(active.gpus)
+                self._revoke(active.token)
 
     def _finish(self, active: ActiveAttempt, code: int) -> None:
         """Record how the attempt ended. A bad end moves the run to Interrupted; the recovery
@@ -377,6 +387,18 @@ class LocalExecutor:
             self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)
 
     # -- plumbing ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _alone(self, run_id: int) -> Iterator[None]:
+        """One run the API refuses to move (a 4xx it will answer again: a conflict, a spec it
+        rejects) must not stop the executor for every other run; an API that is down or busy
+        ends the tick, as nothing would get through."""
+        try:
+            yield
+        except ApiError as exc:
+            if exc.status < 400 or exc.status in TRANSIENT_STATUSES:
+                raise
+            log.warning("run %s: %s", run_id, exc)
 
     def _run_unless_deleted(self, active: ActiveAttempt) -> RunPublic | None:
         """The attempt's run; None once it is deleted (its id missing, or another run's
