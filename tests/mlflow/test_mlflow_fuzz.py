@@ -4,8 +4,9 @@ numbers, numbers as strings, long strings, control characters, deep or escaping 
 types) in the main calls' fields. No 5xx, no request held for seconds; nothing of project B
 changes, in the database or among its artifact files; a viewer changes no row and no file.
 
-Ids are drawn half the time from real experiments and runs of A and B (MLflow's and
-Crucible's own, and "0", the default experiment), so cases reach the code behind the lookups.
+Each case starts as a valid call on real experiments and runs of A or B (MLflow's and
+Crucible's own, and "0", the default experiment) with up to two fields made hostile or left
+out, so that cases reach the code behind the lookups and writes aimed at B are well formed.
 """
 
 import hashlib
@@ -438,7 +439,8 @@ def _mlflow_world(home: Path) -> Iterator[MlflowWorld]:
 
 
 def fuzz(client: TestClient, requests: Any) -> list[str]:
-    """Each request must answer below 500 within SLOW_SECONDS; the failures, shrunk."""
+    """Each request must answer below 500 within SLOW_SECONDS; the failures, as generated
+    (one message each)."""
 
     @given(request=requests)
     @settings(
