@@ -1,5 +1,6 @@
 """A real `crucible server` process in embedded mode, for tests that drive it as users do."""
 
+import json
 import os
 import socket
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests import checkpoint_files
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ def free_port() -> int:
         return port
 
 
+def storage_roots_env(base: Path) -> dict[str, str]:
+    """CRUCIBLE_STORAGE_ROOTS for a test server: `base` (the session's temporary folder, where
+    tests keep files they register in place), tests/checkpoint_files.py's folder, and the test
+    object store's bucket when there is one. Checkpoints still go in a run's folder there."""
+    roots = [base.as_uri(), checkpoint_files.ROOT.as_uri()]
+    if bucket := os.environ.get("CRUCIBLE_S3_BUCKET"):
+        roots.append(f"s3://{bucket}")
+    return {"CRUCIBLE_STORAGE_ROOTS": json.dumps(roots)}
+
+
 @contextmanager
 def local_server(
     workdir: Path,
@@ -96,6 +109,7 @@ def local_server(
     home = workdir / "home"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
     environment |= {"CRUCIBLE_HOME": str(home), "CRUCIBLE_API_URL": f"http://127.0.0.1:{port}"}
+    environment |= storage_roots_env(workdir.parent)
     environment |= env or {}
     log = workdir / "server.log"
     with log.open("w") as out:

@@ -6,6 +6,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from crucible.domain.storage_uris import location_of
+
 DEFAULT_HOME = Path.home() / ".crucible"
 DEFAULT_PROJECT = "default"  # created by the embedded mode; the CLI's default --project
 
@@ -31,8 +33,11 @@ class Settings(BaseSettings):
     )
     storage_roots: list[str] = Field(
         default_factory=list,
-        description="URI prefixes checkpoints and datasets must live under (JSON list, e.g. "
-        '`["s3://team-ckpt/", "file:///checkpoints/"]`); empty allows any root.',
+        description="Storage roots (file:// or s3:// prefixes, a JSON list, e.g. "
+        '`["s3://team-ckpt/", "file:///checkpoints/"]`) that checkpoints, datasets and '
+        "artifacts must live under, each laid out as `runs/<run id>/` (what the platform gives "
+        "a run), `projects/<project id>/` (a project's own) and shared storage (the rest, not "
+        "for checkpoints); the home is always one. Empty: the home is the only one.",
     )
     mlflow_artifact_root: str | None = Field(
         default=None,
@@ -84,6 +89,14 @@ class Settings(BaseSettings):
         "another worker after this long; keep it above the slowest handler, or a live one's "
         "task is delivered twice.",
     )
+
+    @field_validator("storage_roots", mode="after")
+    @classmethod
+    def _usable_roots(cls, value: list[str]) -> list[str]:
+        unusable = [root for root in value if location_of(root) is None]
+        if unusable:
+            raise ValueError(f"storage roots {unusable} are not file:/// or s3:// URIs")
+        return value
 
     @field_validator("home", mode="after")
     @classmethod

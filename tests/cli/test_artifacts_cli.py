@@ -162,14 +162,13 @@ def test_sources_are_recorded_as_lineage_and_shown(server: Server, data: Path) -
     assert server.cli("datasets", "register", "cli-art-sft", str(data / "sft.jsonl"))[0] == 0
     version = server.api.resolve_dataset("default", "cli-art-sft@1")
     run = server.api.submit_run(RunSubmit(project="default", manifest=training_run("art-src")))
-    (data / "step-10").write_text("weights")
+    weights = server.data / "runs" / str(run.id) / "step-10"  # the folder the run was given
+    weights.parent.mkdir(parents=True)
+    weights.write_text("weights")
     checkpoint = server.api.register_checkpoint(
         run.id,
         CheckpointCreate(
-            step=10,
-            uri=(data / "step-10").as_uri(),
-            digest=content_of(data / "step-10").digest,
-            size_bytes=7,
+            step=10, uri=weights.as_uri(), digest=content_of(weights).digest, size_bytes=7
         ),
     )
     vocab = data / "vocab.json"

@@ -18,6 +18,7 @@ import pytest
 from crucible.client import CrucibleClient
 from crucible.schemas.runs import AttemptStart, RunSubmit
 from tests.conftest import ADMIN_TOKEN, training_run
+from tests.servers import storage_roots_env
 
 
 def free_port() -> int:
@@ -37,6 +38,7 @@ class ServerProcess:
             "CRUCIBLE_HOME": str(root / "home"),
             "CRUCIBLE_API_URL": self.url,
             "CRUCIBLE_ADMIN_TOKEN": ADMIN_TOKEN,
+            **storage_roots_env(root.parent),
         }
         self.log_file = root / "server.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -98,7 +100,8 @@ def sdk_env(server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     for name in list(os.environ):
         if name.startswith("CRUCIBLE_"):
             monkeypatch.delenv(name)
-    home = tmp_path / "workload-home"
+    # The server's own, as the executor gives it: a run's checkpoints go in its folder there.
+    home = server.root / "home"
     monkeypatch.setenv("CRUCIBLE_HOME", str(home))
     monkeypatch.setenv("CRUCIBLE_API_URL", server.url)
     monkeypatch.setenv("CRUCIBLE_TOKEN", ADMIN_TOKEN)

@@ -62,11 +62,10 @@ def worker(rank: int, world: int, url: str, run_id: int, home: str, port: int) -
 
 
 def test_two_ranks_rank0_reports_and_both_checkpoint(
-    server: ServerProcess, api: CrucibleClient, tmp_path: Path
+    server: ServerProcess, api: CrucibleClient
 ) -> None:
     run_id = new_run(api)
-    home = tmp_path / "home"
-    home.mkdir()
+    home = server.root / "home"  # the server's, as the executor gives it: checkpoints go there
     spawn(worker, args=(2, server.url, run_id, str(home), free_port()), nprocs=2, join=True)  # type: ignore[no-untyped-call]
 
     results = [json.loads((home / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -3,6 +3,7 @@ and recovery's check of what is there: the path a pod without a shared volume ta
 
 import os
 import tracemalloc
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,17 @@ from tests.sdk.test_checkpoints import build, train
 from tests.sdk.test_datasets_evals import write_dataset
 
 
+def run_folder(s3: ObjectStore, run_id: int) -> str:
+    """A folder of the run's own in the bucket (a storage root of the test server), where
+    the API accepts its checkpoints; fresh, since run ids start again with every server."""
+    return f"s3://{s3.bucket}/runs/{run_id}/checkpoints-{uuid.uuid4().hex[:10]}"
+
+
 def test_a_checkpoint_round_trips_through_s3_under_its_attempts_name(
     api: CrucibleClient, sdk_env: Path, s3: ObjectStore
 ) -> None:
     run_id = new_run(api)
-    base = s3.prefix("ckpt")
+    base = run_folder(s3, run_id)
     run = crucible.init(run_id=run_id, attempt=1, checkpoint_uri=base)
     model, optimizer = build(seed=1)
     train(model, optimizer, 2)
@@ -48,7 +55,7 @@ def test_an_altered_object_is_refused_and_recovery_calls_it_damaged(
     api: CrucibleClient, sdk_env: Path, s3: ObjectStore
 ) -> None:
     run_id = new_run(api)
-    run = crucible.init(run_id=run_id, attempt=1, checkpoint_uri=s3.prefix("ckpt"))
+    run = crucible.init(run_id=run_id, attempt=1, checkpoint_uri=run_folder(s3, run_id))
     model, optimizer = build(seed=1)
     record = run.save_checkpoint(3, {"train": TrainState(model, optimizer)})
     assert record is not None

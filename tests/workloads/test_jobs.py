@@ -237,9 +237,10 @@ class Platform:
 
 
 @pytest.fixture(scope="module")
-def platform(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+def platform(server: ServerProcess) -> Iterator[Platform]:
     with CrucibleClient(server.url, ADMIN_TOKEN) as api:
-        platform = Platform(server, api, tmp_path_factory.mktemp("home"))
+        # The server's home, as the executor gives it: runs' checkpoints go in their folder there.
+        platform = Platform(server, api, server.root / "home")
         yield platform
         for job in platform.jobs:
             if job.process.poll() is None:

@@ -40,12 +40,19 @@ def configure_defaults() -> None:
     )
 
 
+# The schemes storage URIs may have (domain/storage_uris.py). Any other would let a URI someone
+# registered make this process send requests (http://, ftp://) or open what fsspec chains.
+SCHEMES = ("s3", "file")
+
+
 def filesystem(uri: str) -> tuple[Any, str]:
     """The fsspec filesystem of `uri` and the path inside it (no scheme)."""
     import fsspec
 
     configure_defaults()
     scheme = uri.split("://", 1)[0] if "://" in uri else "file"
+    if scheme not in SCHEMES or "::" in uri:
+        raise StorageUnavailable(f"{uri!r}: only {' and '.join(SCHEMES)} URIs are storage")
     try:
         fs, root = fsspec.core.url_to_fs(uri)
     except (ImportError, ValueError) as exc:

@@ -66,7 +66,7 @@ def ownership_problem(
     problem = _placement_problem(session, layout, project_id, location, run, shared_ok)
     if problem is not None or location.scheme != "file":
         return problem
-    real = location_of(Path(os.path.realpath("/" + "/".join(location.parts))).as_uri())
+    real = location_of(Path(os.path.realpath(location.path())).as_uri())
     if real is None or real == location:
         return None
     if _placement_problem(session, layout, project_id, real, run, shared_ok) is not None:

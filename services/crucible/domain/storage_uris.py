@@ -21,6 +21,7 @@ project's files, so a URI naming `/etc`, another project's run folder or an `htt
 would have the platform read or delete what its caller could not.
 """
 
+import os
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +60,10 @@ class Location:
 
     scheme: str
     parts: tuple[str, ...]
+
+    def path(self) -> str:
+        """The local path of a `file` location."""
+        return "/" + "/".join(self.parts)
 
     def uri(self) -> str:
         joined = "/".join(self.parts)
@@ -109,17 +114,18 @@ class StorageLayout:
     """The storage roots, each laid out as the module's docstring says."""
 
     roots: tuple[Location, ...]
-    home: Location | None = None
-    mlflow_root: Location | None = None
+    homes: tuple[Location, ...] = ()
+    """The local home (and its real path, if that differs)."""
+    mlflow_roots: tuple[Location, ...] = ()
     """Where the MLflow artifact proxy keeps files, `<experiment id>/...` below it."""
 
     def place(self, location: Location) -> Placement | None:
         """Where `location` lies, or None when it is under no root."""
-        if self.mlflow_root is not None:
-            rest = location.under(self.mlflow_root)
+        for mlflow_root in self.mlflow_roots:
+            rest = location.under(mlflow_root)
             if rest is not None:
                 owner = ("experiment", int(rest[0])) if len(rest) > 1 and _is_id(rest[0]) else None
-                return Placement(self.mlflow_root, owner, shared=False)
+                return Placement(mlflow_root, owner, shared=False)
         for root in sorted(self.roots, key=lambda r: -len(r.parts)):
             rest = location.under(root)
             if rest is None:
@@ -130,7 +136,7 @@ class StorageLayout:
                 return Placement(root, (kind, int(rest[1])) if owned else None, shared=False)
             if rest and rest[0] in (RUNS_DIR, PROJECTS_DIR):
                 return Placement(root, None, shared=False)
-            if root == self.home:
+            if root in self.homes:
                 shared = len(rest) > 1 and rest[0] in HOME_SHARED_DIRS
             else:
                 shared = len(rest) > 0
@@ -148,17 +154,28 @@ def _is_id(segment: str) -> bool:
 
 def build_layout(roots: Sequence[str], home: Path, mlflow_root: str | None = None) -> StorageLayout:
     """The layout of the configured `roots` and of the local `home`, which is always a root:
-    the embedded executor writes every local run's checkpoints and outputs there."""
-    home_location = location_of(home.absolute().as_uri())
+    the embedded executor writes every local run's checkpoints and outputs there. A local
+    root counts under its real path too, since a URI may name either (`Path.resolve()`)."""
     found = [location_of(root) for root in roots]
     unusable = [root for root, loc in zip(roots, found, strict=True) if loc is None]
     if unusable:
         raise ValueError(f"storage roots {unusable} are not file:// or s3:// URIs")
-    locations = tuple(loc for loc in found if loc is not None)
-    if home_location is not None and home_location not in locations:
-        locations += (home_location,)
-    mlflow = location_of(mlflow_root) if mlflow_root else None
-    return StorageLayout(locations, home_location, mlflow)
+    homes = _with_real_paths([location_of(home.absolute().as_uri())])
+    locations = _with_real_paths([*found, *homes])
+    mlflow = _with_real_paths([location_of(mlflow_root)] if mlflow_root else [])
+    return StorageLayout(locations, homes, mlflow)
+
+
+def _with_real_paths(found: Sequence[Location | None]) -> tuple[Location, ...]:
+    out: list[Location] = []
+    for location in found:
+        if location is None:
+            continue
+        variants: list[Location | None] = [location]
+        if location.scheme == "file":
+            variants.append(location_of(Path(os.path.realpath(location.path())).as_uri()))
+        out.extend(v for v in variants if v is not None and v not in out)
+    return tuple(out)
 
 
 def require_usable_uri(uri: str, *, field: str = "uri") -> Location:
