@@ -134,6 +134,16 @@ def test_retention_never_deletes_files_outside_the_runs_project(
     running(admin, run["id"])
     stolen = insert_checkpoint(app, run["id"], 1, two["beta_folder"].as_uri())
     anywhere = insert_checkpoint(app, run["id"], 2, victim.as_uri())
+    # A run submitted before storage was checked, whose spec named any folder as its storage.
+    beside = victim / "runs" / str(run["id"]) / "step-0"
+    beside.mkdir(parents=True)
+    with transaction(app.state.session_factory) as session:
+        old = session.get_one(Run, run["id"])
+        spec = old.manifest["spec"]
+        old.manifest = old.manifest | {
+            "spec": spec | {"checkpoints": spec["checkpoints"] | {"storage": victim.as_uri()}}
+        }
+    in_old_storage = insert_checkpoint(app, run["id"], 0, beside.as_uri())
     own = write_checkpoint(run_folder(settings, run["id"]) / "step-3", "alpha's step 3")
     newest = write_checkpoint(run_folder(settings, run["id"]) / "step-4", "alpha's step 4")
     for step, fields in [(3, own), (4, newest)]:
@@ -150,13 +160,13 @@ def test_retention_never_deletes_files_outside_the_runs_project(
     assert [c["step"] for c in live if c["deleted_at"] is None] == [4]
     assert not (run_folder(settings, run["id"]) / "step-3").exists()  # its own: deleted
     assert (two["beta_folder"] / "state").read_text() == "beta's weights"
-    assert (victim / "precious").exists()
+    assert (victim / "precious").exists() and beside.exists()
     beta = admin.get(f"{API}/checkpoints/{two['beta_checkpoint']['id']}").json()
     assert beta["deleted_at"] is None
     kept = [
         e for e in admin.get(f"{API}/runs/{run['id']}/events").json() if e["data"].get("files_kept")
     ]
-    assert {e["data"]["checkpoint_id"] for e in kept} == {stolen, anywhere}
+    assert {e["data"]["checkpoint_id"] for e in kept} == {stolen, anywhere, in_old_storage}
     assert all("left in place" in e["message"] for e in kept)
 
 

@@ -82,7 +82,7 @@ def _placement_problem(
     run: Run | None,
     shared_ok: bool,
 ) -> str | None:
-    if run is not None and _in_run_storage(run, location):
+    if run is not None and _in_run_storage(session, layout, run, location):
         return None
     placement = layout.place(location)
     roots = ", ".join(r.uri() + "/" for r in layout.roots)
@@ -109,16 +109,20 @@ def _placement_problem(
     return f"lies in the storage of another project or of one of its runs ({kind} {ident})"
 
 
-def _in_run_storage(run: Run, location: Location) -> bool:
+def _in_run_storage(session: Session, layout: StorageLayout, run: Run, location: Location) -> bool:
     """Inside `<spec.checkpoints.storage>/runs/<run id>/`, where the run's own checkpoints go
-    when its spec names a storage (the prefix was checked when the run was submitted)."""
+    when its spec names a storage, and that storage is one its project may name (checked at
+    submit, and again here for runs submitted before that check)."""
     prefix = ((run.manifest.get("spec") or {}).get("checkpoints") or {}).get("storage")
     base = location_of(prefix) if isinstance(prefix, str) else None
     if base is None:
         return False
     folder = Location(base.scheme, (*base.parts, RUNS_DIR, str(run.id)))
-    rest = location.under(folder)
-    return bool(rest)
+    if not location.under(folder):
+        return False
+    return base in layout.roots or (
+        _placement_problem(session, layout, run.project_id, base, None, shared_ok=True) is None
+    )
 
 
 def require_project_uri(
