@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
+from crucible.api.limits import json_depth_over
 from tests.conftest import make_project, submit, training_run
 
 BIG = 2**70  # beyond 64 bits
@@ -27,6 +28,33 @@ def raw_run(body: bytes) -> Call:
         "/api/v1/runs", content=body, headers={"content-type": "application/json"}
     )
 
+
+def nested(levels: int) -> dict[str, Any]:
+    """A map `levels` deep: {"a": {"a": ... 1}}."""
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return dict(value)
+
+
+def raw(path: str, body: bytes) -> Call:
+    return lambda admin: admin.post(
+        path, content=body, headers={"content-type": "application/json"}
+    )
+
+
+DEEP_BODY = b'{"project":"edges","manifest":' + b"[" * 500 + b"]" * 500 + b"}"
+SWEEP = {
+    "apiVersion": "crucible.dev/v1alpha1",
+    "kind": "Sweep",
+    "metadata": {"name": "wide"},
+    "spec": {
+        "metric": {"name": "loss", "goal": "minimize"},
+        "budget": {"trials": 1},
+        "parameters": {f"config.options.k{i}": {"values": [1]} for i in range(33)},
+        "run": {"experiment": "e"},
+    },
+}
 
 NAN_CONFIG = (
     b'{"project":"edges","manifest":{"apiVersion":"crucible.dev/v1alpha1","kind":"TrainingRun",'
@@ -157,6 +185,28 @@ CASES: dict[str, tuple[Call, list[str | int], str]] = {
         ["points", 0, "key"],
         "pattern",
     ),
+    # A value nested hundreds deep passed validation, then every answer that echoed or
+    # serialized it ran out of stack: 500.
+    "a config nested 70 levels deep": (
+        run_with("h", config=nested(70)),
+        ["spec", "config"],
+        "nested deeper than the limit of 64 levels",
+    ),
+    "a run body nested 500 levels deep": (
+        raw("/api/v1/runs", DEEP_BODY),
+        ["body"],
+        "nested deeper than the limit of 100 levels",
+    ),
+    "a manifest check nested 500 levels deep": (
+        raw("/api/v1/manifests/validate", DEEP_BODY),
+        ["body"],
+        "nested deeper than the limit of 100 levels",
+    ),
+    "a sweep of 33 parameters": (
+        lambda admin: admin.post("/api/v1/sweeps", json={"project": "edges", "manifest": SWEEP}),
+        ["spec", "parameters"],
+        "at most 32 items",
+    ),
     "a metric time of -1e20": (
         lambda admin: admin.post(
             "/api/v1/runs/1/metrics",
@@ -187,3 +237,18 @@ def test_edge_input_is_a_422_naming_the_field(edges: TestClient, case: str) -> N
     # Nothing stored: only the seed run and its experiment exist.
     runs = edges.get("/api/v1/runs", params={"project": "edges"}).json()["items"]
     assert [r["name"] for r in runs] == ["seed"]
+
+
+@pytest.mark.parametrize(
+    ("body", "deeper_than_3"),
+    [
+        (b'{"a": [[[1]]]}', True),
+        (b'{"a": [[1]], "b": {"c": [2]}}', False),
+        (b'{"a": "[[[[[[", "b": "]]]]"}', False),  # brackets in strings are text
+        (b'{"a": "x\\"[[[[\\\\", "b": ["]]]"]}', False),  # escaped quotes and backslashes
+        (b'{"a\\\\": [[["\\"{{{{"]]]}', True),
+        (b"[[[[", False),  # not JSON: the parser's to refuse
+    ],
+)
+def test_a_bodys_depth_is_found_without_parsing_it(body: bytes, deeper_than_3: bool) -> None:
+    assert json_depth_over(body, 3) is deeper_than_3
