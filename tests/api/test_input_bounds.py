@@ -202,6 +202,17 @@ CASES: dict[str, tuple[Call, list[str | int], str]] = {
         ["body"],
         "nested deeper than the limit of 100 levels",
     ),
+    # Each eval suite is one more eval run for every checkpoint the run registers.
+    "33 eval suites": (
+        run_with("i", evals=[{"suite": f"suite{i}"} for i in range(33)]),
+        ["spec", "evals"],
+        "at most 32 items",
+    ),
+    "1,001 arguments": (
+        run_with("j", args=["x"] * 1001),
+        ["spec", "args"],
+        "at most 1000 items",
+    ),
     "a sweep of 33 parameters": (
         lambda admin: admin.post("/api/v1/sweeps", json={"project": "edges", "manifest": SWEEP}),
         ["spec", "parameters"],

@@ -26,6 +26,16 @@ CODE_REFERENCE = rf"^({_IDENTIFIERS}:{_IDENTIFIERS}|[A-Za-z0-9][A-Za-z0-9_.-]*)$
 `package.module:attribute` to code in the workload's Python (docs/workloads.md)."""
 CODE_PACKAGE_REF = r"^artifact:([0-9]{1,18}|[A-Za-z0-9][A-Za-z0-9._-]{0,127})$"
 """A code package: `artifact:` and an artifact's id or name (schemas.lineage.ArtifactName)."""
+# Bounds on the lists and maps a spec can grow, far beyond any real one: each item costs
+# work in every component that reads the spec, and an eval suite costs a run a checkpoint.
+MAX_ARGS = 1000
+"""Items of `command` and of `args`."""
+MAX_ENV = 1000
+MAX_INPUTS = 100
+MAX_EVALS = 32
+"""Eval suites a checkpoint is scored by: one eval run each."""
+MAX_ENTRIES = 100
+"""Entries of a map of labels, annotations or node selectors, and tolerations."""
 
 
 class SpecModel(BaseModel):
@@ -150,13 +160,14 @@ class EvalPolicy(SpecModel):
     command: Annotated[
         list[str],
         Field(
+            max_length=MAX_ARGS,
             description="A team's own eval harness to run on each checkpoint instead of the "
-            "reference eval workload; it records its scores with the SDK."
+            "reference eval workload; it records its scores with the SDK.",
         ),
     ] = Field(default_factory=list)
-    args: Annotated[list[str], Field(description="Arguments appended to the command.")] = Field(
-        default_factory=list
-    )
+    args: Annotated[
+        list[str], Field(max_length=MAX_ARGS, description="Arguments appended to the command.")
+    ] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _args_need_a_command(self) -> "EvalPolicy":
@@ -222,24 +233,29 @@ class Scheduling(SpecModel):
     priority_class_name: Annotated[
         str | None, Field(description="PriorityClass of the pods (preemption order).")
     ] = None
-    node_selector: Annotated[dict[str, str], Field(description="Node labels the pods require.")] = (
-        Field(default_factory=dict)
-    )
+    node_selector: Annotated[
+        dict[str, str], Field(max_length=MAX_ENTRIES, description="Node labels the pods require.")
+    ] = Field(default_factory=dict)
     tolerations: Annotated[
-        list[Toleration], Field(description="Tolerations added to the pods.")
+        list[Toleration],
+        Field(max_length=MAX_ENTRIES, description="Tolerations added to the pods."),
     ] = Field(default_factory=list)
     scheduler_name: Annotated[
         str | None, Field(description="Scheduler for the pods; default: the cluster's default.")
     ] = None
     queue_labels: Annotated[
         dict[str, str],
-        Field(description="Labels copied to pods, e.g. `kueue.x-k8s.io/queue-name`."),
+        Field(
+            max_length=MAX_ENTRIES,
+            description="Labels copied to pods, e.g. `kueue.x-k8s.io/queue-name`.",
+        ),
     ] = Field(default_factory=dict)
     pod_annotations: Annotated[
         dict[str, str],
         Field(
+            max_length=MAX_ENTRIES,
             description="Annotations copied to pods, e.g. for sidecar injection, or the "
-            "stage rules of a fake kubelet in tests."
+            "stage rules of a fake kubelet in tests.",
         ),
     ] = Field(default_factory=dict)
 
@@ -262,11 +278,15 @@ class WorkloadSpec(SpecModel):
         Field(description="Container image (kubernetes backend). Ignored by the local backend."),
     ] = None
     command: Annotated[
-        list[str], Field(description="Entrypoint; default: the reference workload for the kind.")
+        list[str],
+        Field(
+            max_length=MAX_ARGS,
+            description="Entrypoint; default: the reference workload for the kind.",
+        ),
     ] = Field(default_factory=list)
-    args: Annotated[list[str], Field(description="Arguments appended to the command.")] = Field(
-        default_factory=list
-    )
+    args: Annotated[
+        list[str], Field(max_length=MAX_ARGS, description="Arguments appended to the command.")
+    ] = Field(default_factory=list)
     working_dir: Annotated[
         str | None,
         Field(
@@ -278,7 +298,8 @@ class WorkloadSpec(SpecModel):
         ),
     ] = None
     env: Annotated[
-        list[EnvVar], Field(description="Extra environment variables for the workload.")
+        list[EnvVar],
+        Field(max_length=MAX_ENV, description="Extra environment variables for the workload."),
     ] = Field(default_factory=list)
     code_package: Annotated[
         str | None,
@@ -315,7 +336,10 @@ class TrainingRunSpec(WorkloadSpec):
     ] = None
     inputs: Annotated[
         list[DatasetInput],
-        Field(description="Datasets the run reads; it waits until each one exists."),
+        Field(
+            max_length=MAX_INPUTS,
+            description="Datasets the run reads; it waits until each one exists.",
+        ),
     ] = Field(default_factory=list)
     init_from: Annotated[
         CheckpointRef | None,
@@ -325,7 +349,8 @@ class TrainingRunSpec(WorkloadSpec):
         CheckpointPolicy, Field(description="Checkpoint interval, retention and storage.")
     ] = Field(default_factory=CheckpointPolicy)
     evals: Annotated[
-        list[EvalPolicy], Field(description="Eval suites run on every checkpoint.")
+        list[EvalPolicy],
+        Field(max_length=MAX_EVALS, description="Eval suites run on every checkpoint."),
     ] = Field(default_factory=list)
     recovery: Annotated[
         RecoveryPolicy,
@@ -521,8 +546,8 @@ class ServedModelSpec(SpecModel):
 class ObjectMeta(SpecModel):
     name: Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=MAX_RUN_NAME)]
     namespace: Annotated[str | None, Field(pattern=DNS_LABEL, max_length=63)] = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENTRIES)
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENTRIES)
 
 
 class _Manifest(SpecModel):
