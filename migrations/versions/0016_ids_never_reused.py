@@ -57,9 +57,13 @@ def _recreate(*, autoincrement: bool) -> None:
                 table, recreate="always", table_kwargs={"sqlite_autoincrement": autoincrement}
             ):
                 pass
-        problems = bind.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        problems = [] if op.get_context().as_sql else _foreign_key_problems(bind)
         if problems:
             raise RuntimeError(f"the copied tables break their foreign keys: {problems[:5]}")
+
+
+def _foreign_key_problems(bind: Connection) -> list[object]:
+    return list(bind.exec_driver_sql("PRAGMA foreign_key_check").fetchall())
 
 
 class _foreign_keys_off:
@@ -72,8 +76,10 @@ class _foreign_keys_off:
 
     def __init__(self, bind: Connection) -> None:
         self.bind = bind
-        self.driver = bind.connection.driver_connection
-        self.was_on = bool(bind.exec_driver_sql("PRAGMA foreign_keys").scalar())
+        # Writing SQL out (alembic --sql) has no connection: whoever runs it sets the pragma.
+        offline = op.get_context().as_sql
+        self.driver = None if offline else bind.connection.driver_connection
+        self.was_on = not offline and bool(bind.exec_driver_sql("PRAGMA foreign_keys").scalar())
 
     def __enter__(self) -> None:
         if self.was_on:
