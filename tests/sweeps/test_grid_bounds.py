@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crucible.domain.specs import MAX_GRID_POINTS
-from crucible.sweeps.plan import parse_plan
+from crucible.sweeps.plan import checked_plan, parse_plan
 from crucible.sweeps.samplers import grid, grid_point, grid_size
 from crucible.sweeps.space import Choice, SearchSpaceError
 from tests.conftest import bearer, make_project, make_token
@@ -164,3 +164,16 @@ def test_a_tick_of_a_large_stored_grid_sweep_builds_no_grid(
         tracemalloc.stop()
     # The grid of 10,000 points would be megabytes on its own.
     assert peak < 500_000, peak
+
+
+def test_trials_times_a_large_config_is_refused_before_checking_any() -> None:
+    """Every trial's whole config is checked: a config of megabytes times a thousand trials
+    held a worker for minutes."""
+    config = {"model": {"preset": "tiny"}, "suite": {f"k{i}": "x" * 100 for i in range(10_000)}}
+    spec = settings({}, method="random", budget={"trials": 1000})
+    spec["parameters"] = {"config.train.lr": {"min": 0.001, "max": 0.01}}
+    started = time.perf_counter()
+    with pytest.raises(SearchSpaceError, match=r"more than the limit of 16777216"):
+        checked_plan(spec, config)
+    assert time.perf_counter() - started < 1.0
+    assert checked_plan(spec | {"budget": {"trials": 10}}, config).trials == 10

@@ -16,6 +16,7 @@ answer given the trials finished when it starts (`sweeps/tpe.py`), which the con
 stores with the trial.
 """
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -100,11 +101,24 @@ class SweepPlan:
         return min(scored)[2] if scored else None
 
 
+MAX_CHECKED_BYTES = 16 * 2**20
+"""Config bytes checking a sweep may read: its trials times its run's config. Each trial's
+whole config is copied and checked, so a large config times a thousand trials held a
+worker (or a viewer's `POST /manifests/validate`) for minutes."""
+
+
 def checked_plan(spec: Mapping[str, Any], run_config: Mapping[str, Any]) -> SweepPlan:
     """The plan of a sweep's settings `spec`, with every trial's point applied to the base
     run's config as the job will check it: a SearchSpaceError names the first bad path or
     value, before any trial runs."""
     plan = parse_plan(spec)
+    size = len(json.dumps(run_config))
+    if plan.trials * size > MAX_CHECKED_BYTES:
+        raise SearchSpaceError(
+            f"budget.trials={plan.trials} times the run's config of {size} bytes is "
+            f"{plan.trials * size} bytes to check, more than the limit of {MAX_CHECKED_BYTES}; "
+            "give fewer trials or a smaller config"
+        )
     for number in range(plan.trials):
         check_point(run_config, plan.point(number))
     return plan
