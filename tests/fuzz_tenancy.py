@@ -40,6 +40,13 @@ READ_WRITES: dict[str, str] = {}
 Snapshot = dict[str, list[dict[str, Any]]]
 
 
+def secret(project: str) -> str:
+    """A text kept in the project's rows (its description, a metric key, an eval suite, an
+    MLflow tag) that no fuzzed request ever sends: in an answer to another project's caller,
+    it can only have come from this project's rows."""
+    return f"{project}-secret"
+
+
 @dataclass
 class Seeded:
     """One project's rows, by kind: what generated ids and names are aimed at."""
@@ -58,6 +65,8 @@ def seed_project(admin: TestClient, name: str, home: Path) -> Seeded:
     in their run's folder, datasets and artifacts under the project's prefix."""
     seeded = Seeded(name)
     project = int(str(make_project(admin, name)["id"]))
+    described = admin.patch(f"/api/v1/projects/{project}", json={"description": secret(name)})
+    assert described.is_success, described.text
     seeded.ids["project"] = [project]
     own = f"{home.absolute().as_uri()}/projects/{project}"
     runs = []
@@ -75,7 +84,10 @@ def seed_project(admin: TestClient, name: str, home: Path) -> Seeded:
     seeded.ids["run"] = [r["id"] for r in runs]
     seeded.ids["experiment"] = [runs[0]["experiment_id"]]
     assert admin.post(f"/api/v1/runs/{run}/attempts", json={}).status_code == 201
-    points = [{"key": "loss", "step": 1, "value": 1.0}]
+    points = [
+        {"key": "loss", "step": 1, "value": 1.0},
+        {"key": secret(name), "step": 1, "value": 1.0},
+    ]
     assert admin.post(f"/api/v1/runs/{run}/metrics", json={"points": points}).is_success
     checkpoint = _created(
         admin.post(
@@ -107,7 +119,7 @@ def seed_project(admin: TestClient, name: str, home: Path) -> Seeded:
     ).is_success
     assert admin.post(
         "/api/v1/evals",
-        json={"checkpoint_id": checkpoint["id"], "suite": f"{name}-suite", "scores": {"acc": 1}},
+        json={"checkpoint_id": checkpoint["id"], "suite": secret(name), "scores": {"acc": 1}},
     ).is_success
     artifact = _created(
         admin.post(

@@ -2,7 +2,8 @@
 never sees them), as each of project A's three roles: hostile values (huge and non-finite
 numbers, numbers as strings, long strings, control characters, deep or escaping paths, wrong
 types) in the main calls' fields. No 5xx, no request held for seconds; nothing of project B
-changes, in the database or among its artifact files; a viewer changes no row and no file.
+changes, in the database or among its artifact files, and nothing of it shows in A's answers;
+a viewer changes no row and no file.
 
 Each case starts as a valid call on real experiments and runs of A or B (MLflow's and
 Crucible's own, and "0", the default experiment) with up to two fields made hostile or left
@@ -33,6 +34,7 @@ from tests.fuzz_tenancy import (
     World,
     b_changes,
     build_world,
+    secret,
     snapshot,
     viewer_changes,
 )
@@ -383,7 +385,7 @@ def _seed(client: TestClient, token: str, project: str) -> tuple[str, str]:
         "run_id": run,
         "metrics": [{"key": "loss", "value": 1.0, "timestamp": int(time.time() * 1000), "step": 1}],
         "params": [{"key": "lr", "value": "0.1"}],
-        "tags": [{"key": "team", "value": project}],
+        "tags": [{"key": "team", "value": secret(project)}],
     }
     logged = client.post(f"{API}/runs/log-batch", json=batch, headers=headers)
     assert logged.status_code == 200, logged.text
@@ -438,9 +440,9 @@ def _mlflow_world(home: Path) -> Iterator[MlflowWorld]:
         yield MlflowWorld(world, ids, b_experiments, home / "mlflow-artifacts")
 
 
-def fuzz(client: TestClient, requests: Any) -> list[str]:
-    """Each request must answer below 500 within SLOW_SECONDS; the failures, as generated
-    (one message each)."""
+def fuzz(client: TestClient, requests: Any, hidden: str) -> list[str]:
+    """Each request must answer below 500 within SLOW_SECONDS, without the text `hidden` in
+    its answer; the failures, as generated (one message each)."""
 
     @given(request=requests)
     @settings(
@@ -471,6 +473,7 @@ def fuzz(client: TestClient, requests: Any) -> list[str]:
             f"{where} answered {response.status_code}: {response.text[:300]}"
         )
         assert seconds < SLOW_SECONDS, f"{where} took {seconds:.1f} s"
+        assert hidden not in response.text, f"{where} showed B's data: {response.text[:300]}"
 
     try:
         call()
@@ -491,7 +494,7 @@ def test_mlflow_routes_as_each_role(mlflow_world: MlflowWorld, role: str) -> Non
             label = f"MLflow {name} as A's {role}"
             before, b_files = snapshot(world.app), mlflow_world.b_files()
             all_files = files(mlflow_world.artifact_root)
-            problems += [f"{label}: {p}" for p in fuzz(client, requests)]
+            problems += [f"{label}: {p}" for p in fuzz(client, requests, secret(B))]
             after = snapshot(world.app)
             if changed := b_changes(before, after, world.b.first("project")):
                 problems.append(f"{label} changed project B's rows: {changed}")
