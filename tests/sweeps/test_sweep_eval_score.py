@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from crucible.core.eval_trigger import on_checkpoint_registered
 from crucible.db.engine import build_session_factory
-from tests.conftest import make_project
+from tests.conftest import SHARED_BUCKET, make_project
 from tests.sweeps.test_sweep_resource import get, submit, tick
 
 DIGEST = "sha256:" + "0" * 64
@@ -52,7 +52,13 @@ def end(admin: TestClient, run_id: int) -> None:
 def checkpoint(admin: TestClient, run_id: int, step: int) -> int:
     response = admin.post(
         f"/api/v1/runs/{run_id}/checkpoints",
-        json={"step": step, "uri": f"s3://b/{run_id}/{step}", "digest": DIGEST, "size_bytes": 1},
+        # In the run's own folder of a storage root: a checkpoint may be nowhere else.
+        json={
+            "step": step,
+            "uri": f"{SHARED_BUCKET}/runs/{run_id}/{step}",
+            "digest": DIGEST,
+            "size_bytes": 1,
+        },
     )
     assert response.status_code == 201, response.text
     checkpoint_id: int = response.json()["id"]
