@@ -42,7 +42,7 @@ from tests.fuzz_tenancy import (
 API = "/mlflow/api/2.0/mlflow"
 ARTIFACTS = "/mlflow/api/2.0/mlflow-artifacts/artifacts"
 EXAMPLES = 12
-"""Cases per call and role: 24 calls, so a role's pass is about 300 requests."""
+"""Cases per call and role: 26 calls, so a role's pass is about 310 requests."""
 
 NASTY_TEXT = [
     "",
@@ -132,6 +132,7 @@ class Ids:
 
     experiments: list[str]
     runs: list[str]
+    models: list[str]  # logged models, `m-` and 32 hex digits
     run_folders: list[str]  # `<experiment>/<run>/artifacts`, the artifact paths of runs
 
 
@@ -198,6 +199,7 @@ def calls(ids: Ids) -> dict[str, st.SearchStrategy[Request]]:
         short_hostile_text,
     )
     artifact_path = st.one_of(good_path.map("/".join), bad_path)
+    model = st.one_of(st.sampled_from(ids.models), short_hostile_text, st.sampled_from(NASTY_IDS))
 
     def post(path: str, fields: dict[str, Field]) -> st.SearchStrategy[Request]:
         return spoiled(fields).map(lambda body: Request("POST", API + path, content=_json(body)))
@@ -299,6 +301,46 @@ def calls(ids: Ids) -> dict[str, st.SearchStrategy[Request]]:
             "/artifacts/list",
             {"run_id": query_run, "path": (st.just(""), st.sampled_from(ARTIFACT_TAILS))},
         ),
+        "logged-models create": post(
+            "/logged-models",
+            {
+                "experiment_id": experiment,
+                "name": name,
+                "source_run_id": run,
+                "params": key_values_field,
+                "tags": key_values_field,
+            },
+        ),
+        "logged-models search": post(
+            "/logged-models/search",
+            {
+                "experiment_ids": (
+                    st.lists(experiment[0], min_size=1, max_size=3),
+                    st.one_of(st.lists(anything, max_size=3), anything),
+                ),
+                "filter": filter_field,
+                "max_results": (st.integers(1, 100), hostile_number),
+            },
+        ),
+        "logged-models get": model.map(lambda m: Request("GET", f"{API}/logged-models/{quote(m)}")),
+        "logged-models finalize": st.tuples(
+            model,
+            spoiled(
+                {
+                    "status": (
+                        st.sampled_from(["LOGGED_MODEL_READY", "LOGGED_MODEL_FAILED"]),
+                        anything,
+                    )
+                }
+            ),
+        ).map(
+            lambda a: Request("PATCH", f"{API}/logged-models/{quote(a[0])}", content=_json(a[1]))
+        ),
+        "logged-models params": st.tuples(model, spoiled({"params": key_values_field})).map(
+            lambda a: Request(
+                "POST", f"{API}/logged-models/{quote(a[0])}/params", content=_json(a[1])
+            )
+        ),
         "artifacts upload": st.tuples(artifact_path, st.binary(max_size=64)).map(
             lambda a: Request("PUT", f"{ARTIFACTS}/{quote(a[0])}", content=a[1])
         ),
@@ -369,9 +411,9 @@ class MlflowWorld:
         return files(self.artifact_root, lambda path: path.split("/")[0] in self.b_experiments)
 
 
-def _seed(client: TestClient, token: str, project: str) -> tuple[str, str]:
-    """An MLflow experiment of `project` with a run that has a metric, a param, a tag and an
-    artifact file; their ids."""
+def _seed(client: TestClient, token: str, project: str) -> tuple[str, str, str]:
+    """An MLflow experiment of `project` with a run that has a metric, a param, a tag, an
+    artifact file and a logged model; their ids."""
     headers = bearer(token)
     made = client.post(
         f"{API}/experiments/create", json={"name": f"{project}-mlflow"}, headers=headers
@@ -391,7 +433,13 @@ def _seed(client: TestClient, token: str, project: str) -> tuple[str, str]:
     assert logged.status_code == 200, logged.text
     path = f"{ARTIFACTS}/{experiment}/{run}/artifacts/model.txt"
     assert client.put(path, content=b"weights", headers=headers).status_code == 200
-    return experiment, run
+    model = client.post(
+        f"{API}/logged-models",
+        json={"experiment_id": experiment, "name": "m", "source_run_id": run},
+        headers=headers,
+    )
+    assert model.status_code == 200, model.text
+    return experiment, run, model.json()["model"]["info"]["model_id"]
 
 
 def remove_tree(root: Path) -> None:
@@ -425,18 +473,20 @@ def _mlflow_world(home: Path) -> Iterator[MlflowWorld]:
     for world in build_world(home):
         experiments = ["0"]
         runs = []
+        models = []
         folders = []
         b_experiments = set()
         for seeded in (world.a, world.b):
             token = make_token(world.admin, seeded.name, "editor")
-            experiment, run = _seed(world.admin, token, seeded.name)
+            experiment, run, model = _seed(world.admin, token, seeded.name)
+            models.append(model)
             pairs = [(experiment, run), (str(seeded.first("experiment")), str(seeded.first("run")))]
             experiments += [e for e, _ in pairs]
             runs += [r for _, r in pairs]
             folders += [f"{e}/{r}/artifacts" for e, r in pairs]
             if seeded.name == B:
                 b_experiments |= {e for e, _ in pairs}
-        ids = Ids(experiments=experiments, runs=runs, run_folders=folders)
+        ids = Ids(experiments=experiments, runs=runs, models=models, run_folders=folders)
         yield MlflowWorld(world, ids, b_experiments, home / "mlflow-artifacts")
 
 
@@ -456,7 +506,9 @@ def fuzz(client: TestClient, requests: Any, hidden: str) -> list[str]:
     )
     def call(request: Request) -> None:
         body = (
-            json.loads(request.content or b"null") if request.method == "POST" else request.content
+            json.loads(request.content or b"null")
+            if request.method in ("POST", "PATCH")
+            else request.content
         )
         where = f"{request.method} {shown(request.url)} body={shown(body)}"
         if request.params:
