@@ -200,16 +200,43 @@ def test_an_invalid_line_is_named_and_nothing_is_registered(server: Server, data
     assert missing.value.status == 404
 
 
-def test_a_uri_outside_the_storage_roots_is_refused_by_the_server(
+def test_a_file_outside_the_storage_is_registered_as_a_copy_in_the_projects_storage(
     server: Server, tmp_path: Path
 ) -> None:
     path = tmp_path / "elsewhere.jsonl"  # tmp_path is outside server.data
     write_jsonl(path, SFT)
-    code, _, err = server.cli("datasets", "register", "cli-elsewhere", str(path))
+    code, out, err = server.cli("datasets", "register", "cli-elsewhere", str(path))
+    assert code == 0, err
+    assert "copied" in out
+    version = server.api.resolve_dataset("default", "cli-elsewhere@latest")
+    home = Path(server.env["CRUCIBLE_HOME"])
+    digest = content_of(path).digest
+    copy = home / "projects" / "1" / "datasets" / "cli-elsewhere" / digest[7:23] / path.name
+    assert version.uri == copy.as_uri() and copy.read_bytes() == path.read_bytes()
+    assert version.digest == digest
+    # The same content again is the same version, at the same copy.
+    code, out, err = server.cli("datasets", "register", "cli-elsewhere", str(path))
+    assert code == 0, err
+    assert "nothing new was registered" in out
+    assert [v.version for v in server.versions("cli-elsewhere")] == [version.version]
+
+
+def test_a_uri_outside_the_storage_roots_is_refused_where_the_cli_has_not_the_servers_home(
+    server: Server, tmp_path: Path
+) -> None:
+    path = tmp_path / "elsewhere.jsonl"
+    write_jsonl(path, SFT)
+    elsewhere = {"CRUCIBLE_HOME": str(tmp_path / "another-home"), "CRUCIBLE_TOKEN": token(server)}
+    code, _, err = server.cli("datasets", "register", "cli-remote", str(path), env=elsewhere)
     assert code == 1
     assert "is outside the allowed storage roots" in err and server.data.as_uri() in err
     with pytest.raises(ApiError):
-        server.api.resolve_dataset("default", "cli-elsewhere@latest")
+        server.api.resolve_dataset("default", "cli-remote@latest")
+    assert not (tmp_path / "another-home").exists()
+
+
+def token(server: Server) -> str:
+    return (Path(server.env["CRUCIBLE_HOME"]) / "token").read_text().strip()
 
 
 def test_files_changed_after_registration_are_not_downloaded(

@@ -14,6 +14,7 @@ from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.datasets import every_item, refuse_to_replace
 from crucible.cli.downloads import download_into
 from crucible.cli.output import age, console, table
+from crucible.cli.project_storage import register_where_accepted
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.enums import ArtifactKind, NodeType
 from crucible.domain.errors import CrucibleError
@@ -49,7 +50,8 @@ def artifacts_register(
         str | None,
         typer.Option(
             help="Object storage (s3://bucket/prefix) to copy the files to first; the copy "
-            "is what is registered. Default: the files where they are."
+            "is what is registered. Default: the files where they are, or, where the server "
+            "refuses them, a copy in the project's storage under this machine's CRUCIBLE_HOME."
         ),
     ] = None,
     sources: Annotated[
@@ -95,16 +97,24 @@ def artifacts_register(
         try:
             if to is not None:
                 refuse_to_replace(path, storage.join(to, path.name))
-            artifact = publish(
+            artifact = register_where_accepted(
                 api,
                 project=project,
-                run_id=None,
-                kind=artifact_kind.value,
+                section="artifacts",
                 name=name,
                 path=path,
-                sources=lineage,
-                meta=meta,
-                outputs_uri=to,
+                copy=to is None,
+                publish=lambda where: publish(
+                    api,
+                    project=project,
+                    run_id=None,
+                    kind=artifact_kind.value,
+                    name=name,
+                    path=where,
+                    sources=lineage,
+                    meta=meta,
+                    outputs_uri=to,
+                ),
             )
         except (ArtifactCopyMismatch, remote.StorageUnavailable) as exc:
             raise CrucibleError(str(exc)) from None

@@ -12,6 +12,7 @@ from rich.markup import escape
 from crucible.cli.common import ProjectOpt, client, friendly_errors
 from crucible.cli.downloads import download_into
 from crucible.cli.output import age, console, table
+from crucible.cli.project_storage import register_where_accepted
 from crucible.client import ApiError, CrucibleClient
 from crucible.domain.errors import CrucibleError
 from crucible.schemas.common import Page
@@ -49,7 +50,8 @@ def datasets_register(
         str | None,
         typer.Option(
             help="Object storage (s3://bucket/prefix) to copy the files to first; the copy "
-            "is what is registered. Default: the files where they are."
+            "is what is registered. Default: the files where they are, or, where the server "
+            "refuses them, a copy in the project's storage under this machine's CRUCIBLE_HOME."
         ),
     ] = None,
 ) -> None:
@@ -81,15 +83,23 @@ def datasets_register(
         try:
             if to is not None:
                 refuse_to_replace(path, storage.join(to, path.name))
-            version = publish(
+            version = register_where_accepted(
                 api,
                 project=project,
-                run_id=None,
+                section="datasets",
                 name=name,
                 path=path,
-                record_count=count,
-                schema=schema,
-                outputs_uri=to,
+                copy=to is None,
+                publish=lambda where: publish(
+                    api,
+                    project=project,
+                    run_id=None,
+                    name=name,
+                    path=where,
+                    record_count=count,
+                    schema=schema,
+                    outputs_uri=to,
+                ),
             )
         except (DatasetCorrupt, remote.StorageUnavailable) as exc:
             raise CrucibleError(str(exc)) from None
