@@ -11,7 +11,9 @@ key at a row of B (a row of A that links to B's checkpoint counts as B's, which 
 or it is an outbox message whose payload names one.
 """
 
-from collections.abc import Iterator
+import hashlib
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,9 +55,19 @@ class Seeded:
 
     name: str
     ids: dict[str, list[int]] = field(default_factory=dict)
+    folders: list[Path] = field(default_factory=list)
+    """Where its files are: its runs' folders and its own prefix, under the home."""
 
     def first(self, kind: str) -> int:
         return self.ids[kind][0]
+
+    def files(self) -> dict[str, str]:
+        """Each of its files, by path, with its contents' digest."""
+        return {
+            f"{folder}/{path}": digest
+            for folder in self.folders
+            for path, digest in files(folder).items()
+        }
 
 
 def seed_project(admin: TestClient, name: str, home: Path) -> Seeded:
@@ -82,6 +94,16 @@ def seed_project(admin: TestClient, name: str, home: Path) -> Seeded:
         runs.append(response.json())
     run = runs[0]["id"]
     seeded.ids["run"] = [r["id"] for r in runs]
+    # Real files behind the URIs registered below, so that a request that deletes or
+    # rewrites another project's files shows as a change to them.
+    seeded.folders = [
+        home / "projects" / str(project),
+        *(home / "runs" / str(r["id"]) for r in runs),
+    ]
+    for path in ("runs/{run}/c1/model.pt", "projects/{project}/d/part-0", "projects/{project}/m"):
+        stored = home / path.format(run=run, project=project)
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        stored.write_bytes(secret(name).encode())
     seeded.ids["experiment"] = [runs[0]["experiment_id"]]
     assert admin.post(f"/api/v1/runs/{run}/attempts", json={}).status_code == 201
     points = [
@@ -217,6 +239,24 @@ def build_world(home: Path) -> Iterator[World]:
     app.state.engine.dispose()
 
 
+def files(root: Path, under: Callable[[str], bool] = lambda _: True) -> dict[str, str]:
+    """The files under `root` whose relative path `under` accepts, with their contents'
+    digests. Walked with a stack: a fuzzed MLflow upload may nest folders deeper than
+    Python's recursion limit."""
+    found = {}
+    folders = [str(root)] if root.exists() else []
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                    continue
+                relative = os.path.relpath(entry.path, root)
+                if under(relative):
+                    found[relative] = hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()
+    return found
+
+
 def snapshot(app: FastAPI) -> Snapshot:
     return every_row(app)
 
@@ -282,6 +322,15 @@ def differences(
                 "new or changed": [r for r in new if r not in old][:3],
             }
     return changed
+
+
+def diff_keys(before: dict[str, str], after: dict[str, str]) -> dict[str, list[str]]:
+    """Which files went, came or changed between two `files` listings."""
+    return {
+        "gone": sorted(set(before) - set(after))[:5],
+        "new": sorted(set(after) - set(before))[:5],
+        "changed": sorted(k for k in set(before) & set(after) if before[k] != after[k])[:5],
+    }
 
 
 def b_changes(before: Snapshot, after: Snapshot, b_project: int) -> dict[str, Any]:

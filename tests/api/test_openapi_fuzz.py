@@ -1,7 +1,7 @@
 """Schemathesis over the whole OpenAPI schema, as each of project A's three roles and as the
 global admin: whatever a client sends, never a 500 nor a request that holds the server for
-seconds; nothing of project B changes, and nothing of it shows in A's answers; and a viewer's
-calls change no row at all.
+seconds; nothing of project B changes (its rows, and its files under the home), and nothing
+of it shows in A's answers; and a viewer's calls change no row at all.
 
 Runs on SQLite (the error mapping is the same on both databases) with two projects seeded
 alike (tests/fuzz_tenancy.py). Generated ids, names and references are often swapped for
@@ -26,6 +26,7 @@ from tests.fuzz_tenancy import (
     World,
     b_changes,
     build_world,
+    diff_keys,
     secret,
     snapshot,
     viewer_changes,
@@ -187,7 +188,7 @@ def test_project_role_changes_nothing_outside_its_rights(world: World, role: str
     fuzzed = operations(world)
     for operation in fuzzed:
         world.heal()  # a fuzzed admin may have deleted A or revoked its tokens
-        before = snapshot(world.app)
+        before, b_files = snapshot(world.app), world.b.files()
         label = f"{operation.label} as A's {role}"
         problems += [
             f"{label}: {p}"
@@ -196,6 +197,10 @@ def test_project_role_changes_nothing_outside_its_rights(world: World, role: str
         after = snapshot(world.app)
         if changed := b_changes(before, after, world.b.first("project")):
             problems.append(f"{label} changed project B's rows: {changed}")
+        if world.b.files() != b_files:
+            problems.append(
+                f"{label} changed project B's files: {diff_keys(b_files, world.b.files())}"
+            )
         if role == "viewer" and (changed := viewer_changes(before, after)):
             problems.append(f"{label} wrote rows: {changed}")
     assert len(fuzzed) >= 60

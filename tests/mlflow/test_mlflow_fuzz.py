@@ -10,12 +10,11 @@ Crucible's own, and "0", the default experiment) with up to two fields made host
 out, so that cases reach the code behind the lookups and writes aimed at B are well formed.
 """
 
-import hashlib
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tests.fuzz_tenancy import (
     World,
     b_changes,
     build_world,
+    files,
     secret,
     snapshot,
     viewer_changes,
@@ -370,23 +370,6 @@ def _as_query(fields: dict[str, Any]) -> dict[str, Any]:
     return query
 
 
-def files(root: Path, under: Callable[[str], bool] = lambda _: True) -> dict[str, str]:
-    """The artifact files whose path `under` accepts, with their contents' digests. Walked
-    with a stack: a fuzzed upload may nest folders deeper than Python's recursion limit."""
-    found = {}
-    folders = [str(root)] if root.exists() else []
-    while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
-                    continue
-                relative = os.path.relpath(entry.path, root)
-                if under(relative):
-                    found[relative] = hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()
-    return found
-
-
 def shown(value: Any) -> Any:
     """`value` with long strings and numbers abbreviated, for a failure's one line."""
     if isinstance(value, dict):
@@ -544,13 +527,14 @@ def test_mlflow_routes_as_each_role(mlflow_world: MlflowWorld, role: str) -> Non
     with world.client(role) as client:
         for name, requests in calls(mlflow_world.ids).items():
             label = f"MLflow {name} as A's {role}"
-            before, b_files = snapshot(world.app), mlflow_world.b_files()
+            before = snapshot(world.app)
+            b_files = mlflow_world.b_files() | world.b.files()
             all_files = files(mlflow_world.artifact_root)
             problems += [f"{label}: {p}" for p in fuzz(client, requests, secret(B))]
             after = snapshot(world.app)
             if changed := b_changes(before, after, world.b.first("project")):
                 problems.append(f"{label} changed project B's rows: {changed}")
-            if mlflow_world.b_files() != b_files:
+            if mlflow_world.b_files() | world.b.files() != b_files:
                 problems.append(f"{label} changed project B's artifact files")
             if role == "viewer":
                 if changed := viewer_changes(before, after):
