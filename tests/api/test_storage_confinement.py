@@ -349,3 +349,32 @@ def test_a_bad_eval_checkpoint_tag_does_not_stop_retention_for_other_projects(
     assert not (run_folder(settings, run["id"]) / "step-1").exists()
     assert (run_folder(settings, run["id"]) / "step-2").exists()
     assert run_of(admin, waiting["id"])["phase"] == "Pending"
+
+
+def test_another_projects_eval_tag_does_not_pin_a_checkpoint(
+    admin: TestClient, app: FastAPI, settings: Settings, two: dict[str, Any]
+) -> None:
+    run = submit_kind(
+        admin, "TrainingRun", "a-pinned", project="alpha", checkpoints={"keepLast": 1}
+    )
+    waiting = submit_kind(admin, "EvalJob", "ev-pin", project="beta")
+    for step in (1, 2):
+        fields = write_checkpoint(run_folder(settings, run["id"]) / f"step-{step}", f"p{step}")
+        response = admin.post(
+            f"{API}/runs/{run['id']}/checkpoints",
+            json={"step": step, **fields},
+            headers=two["alpha"],
+        )
+        assert response.status_code == 201, response.text
+        if step == 1:
+            # A waiting eval run of beta naming alpha's first checkpoint: a row from before
+            # the tag was the platform's only (the API refuses it now).
+            with transaction(app.state.session_factory) as session:
+                tags = {"crucible.dev/checkpoint": str(response.json()["id"])}
+                session.get_one(Run, waiting["id"]).tags = tags
+    drain(app)
+
+    retire_checkpoints(app.state.session_factory)
+    assert not (run_folder(settings, run["id"]) / "step-1").exists()
+    assert (run_folder(settings, run["id"]) / "step-2").exists()
+    assert run_of(admin, waiting["id"])["phase"] == "Pending"

@@ -96,7 +96,7 @@ def _plan_for_run(session: Session, run: Run, layout: StorageLayout) -> _Plan:
     doomed = [c for c in live if c.id not in keep]
     if not doomed:
         return _Plan(run.id, policy.keep_last, [])
-    in_use = _in_use(session, [c.id for c in doomed])
+    in_use = _in_use(session, [c.id for c in doomed], run.project_id)
     return _Plan(
         run.id,
         policy.keep_last,
@@ -147,9 +147,9 @@ def _best(session: Session, run_id: int, ranking: str) -> int | None:
     return best[0].id if best is not None else None
 
 
-def _in_use(session: Session, checkpoint_ids: list[int]) -> set[int]:
-    """Of these checkpoints, those with evals not yet triggered or not finished, or that
-    another run reads."""
+def _in_use(session: Session, checkpoint_ids: list[int], project_id: int) -> set[int]:
+    """Of these checkpoints (of one run of `project_id`), those with evals not yet
+    triggered or not finished, or that another run reads."""
     # A run that started from it (initFrom, a rollout policy) keeps it for good, so the run
     # can be reproduced; a finished eval does not.
     readers = session.scalars(
@@ -176,6 +176,9 @@ def _in_use(session: Session, checkpoint_ids: list[int]) -> set[int]:
         select(Run.tags[TAG_CHECKPOINT].as_string()).where(
             Run.kind == RunKind.eval.value,
             Run.phase.not_in([p.value for p in Phase if p.is_terminal]),
+            # Only the platform writes the tag, but a row written before that rule held
+            # could name any checkpoint: another project's eval never pins this one.
+            Run.project_id == project_id,
         )
     )
     used |= {c for c in map(_checkpoint_id, evaluating) if c in checkpoint_ids}
