@@ -21,7 +21,7 @@ export interface paths {
          * Register Artifact
          * @description Register an artifact made from checkpoints or dataset versions of the project. The
          *     same URI and digest again returns it; the same URI with another digest is a 409. Its URI
-         *     must lie under a storage root.
+         *     must lie in the project's storage or in shared storage under a root (file:// or s3://).
          */
         post: operations["registerArtifact"];
         delete?: never;
@@ -207,7 +207,8 @@ export interface paths {
         /**
          * Register Dataset Version
          * @description Register a dataset version (the dataset is created on first use). The same digest
-         *     again returns the existing version. Its URI must lie under a storage root.
+         *     again returns the existing version. Its URI must lie in the project's storage or in shared
+         *     storage under a root (file:// or s3:// only).
          */
         post: operations["registerDatasetVersion"];
         delete?: never;
@@ -660,7 +661,8 @@ export interface paths {
         /**
          * Register Checkpoint
          * @description Register a checkpoint the run wrote. The same step and digest again returns it; the
-         *     same step with another digest is a 409. Its URI must lie under a storage root.
+         *     same step with another digest is a 409. Its URI must lie in the project's storage (its
+         *     prefix, or the folder the platform gave one of its runs): retention deletes it.
          */
         post: operations["registerCheckpoint"];
         delete?: never;
@@ -3698,7 +3700,7 @@ export interface components {
             metric: components["schemas"]["SweepMetric"];
             /**
              * Parameters
-             * @description Config path -> {values: [...]} or {min, max, log}.
+             * @description Config path -> {values: [...]} or {min, max, log}; a grid's values make at most 10,000 combinations.
              */
             parameters: {
                 [key: string]: {
