@@ -34,6 +34,9 @@ def test_the_tail_of_the_latest_attempt_from_a_line_start(
             assert admin.post(f"/api/v1/runs/{rid}/attempts/1/end", json=end).is_success
     missing = admin.get(url).json()
     assert missing["attempt"] == 2 and "no log for attempt 2" in missing["message"]
+    # The log's place under the home, never the server's own path.
+    assert f"runs/{rid}/attempt-2.log" in missing["message"]
+    assert str(settings.home) not in missing["message"]
 
     path = log_path(settings.home, rid, 2)
     path.parent.mkdir(parents=True)

@@ -87,7 +87,9 @@ def log_tail(
             text="",
             size_bytes=0,
             truncated=False,
-            message=f"no log for attempt {number} on this machine ({path})",
+            # The folder relative to the home: a viewer has no business with server paths.
+            message=f"no log for attempt {number} on this machine (none at "
+            f"{path.relative_to(home)} under the server's home)",
         )
     if start > 0:
         # Start at a line, not in the middle of one (or of a UTF-8 character).

@@ -73,9 +73,9 @@ def list_profiles(
         return RunProfiles(
             run_id=run.id,
             profiles=[],
-            message=f"no profiles on this machine ({directory}); set "
-            "config.train.profile_from_step, or run `crucible runs profile` on a running "
-            "run, to record some",
+            message=f"no profiles on this machine (none in {directory.relative_to(home)} under "
+            "the server's home); set config.train.profile_from_step, or run `crucible runs "
+            "profile` on a running run, to record some",
             requests=requests,
         )
     return RunProfiles(
@@ -103,7 +103,7 @@ def open_trace(
         trace = _open_file(directory_fd, file_name)
     if trace is None:
         path = profile_dir(home, run.id) / file_name
-        raise ProfileNotFound(name, f"run {run.id} has no trace at {path}")
+        raise ProfileNotFound(name, f"run {run.id} has no trace at {path.relative_to(home)}")
     return trace
 
 
