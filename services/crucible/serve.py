@@ -18,6 +18,7 @@ from crucible.core.bootstrap import bootstrap_local
 from crucible.core.tokens import rotate_service_token
 from crucible.db.engine import transaction
 from crucible.domain.errors import CrucibleError
+from crucible.executor import isolation
 from crucible.executor.gpus import GpuPool, detect_gpus
 from crucible.executor.local import LocalExecutor
 from crucible.settings import Settings, load_settings
@@ -94,6 +95,7 @@ def serve_up(
         api_url=api_url,
         home=settings.home,
         gpus=GpuPool(gpus),
+        isolation=isolation.config_from(settings),
     )
     workers = InProcessWorkers(app.state.session_factory)
     stop = threading.Event()
@@ -105,7 +107,8 @@ def serve_up(
         thread.start()
     console.print(
         f"Crucible on http://{host}:{port}  (API docs: /docs; executor: "
-        f"{len(gpus)} GPUs; logs and checkpoints in {settings.home / 'runs'})"
+        f"{len(gpus)} GPUs, run isolation {isolation.describe(executor.isolated)}; "
+        f"logs and checkpoints in {settings.home / 'runs'})"
     )
     if on_ready is not None:
         threading.Thread(

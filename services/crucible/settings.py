@@ -2,6 +2,7 @@
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -63,6 +64,15 @@ class Settings(BaseSettings):
         description="Comma-separated addresses or networks of reverse proxies whose "
         "X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded_allow_ips); "
         "empty: the client address is the connection's, whatever a request's headers say.",
+    )
+    run_isolation: Literal["auto", "namespaces", "none"] = Field(
+        default="auto",
+        description="How `crucible up`'s executor confines each local run (docs/local-mode.md): "
+        "`namespaces` runs it in Linux user, mount and PID namespaces where it sees only its "
+        "project's folders of the home (never the admin token or the database) and not the "
+        "executor's processes, or refuses to start where they cannot be made; `none` runs it "
+        "as the executor's user with the home in reach (single-tenant); `auto` isolates where a "
+        "probe at start shows it works and warns otherwise.",
     )
     db_pool_size: int = Field(default=10, ge=1)
     db_pool_timeout_seconds: float = Field(

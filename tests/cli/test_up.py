@@ -114,7 +114,10 @@ def test_up_stopped_by_sigterm_drains_its_jobs_before_it_exits(tmp_path: Path) -
         assert crucible(server.env, "submit", str(manifest)).returncode == 0
         log = server.home / "runs" / "1" / "attempt-1.log"
         wait_for(lambda: log.exists() and "training" in log.read_text())
-        job = int(log.read_text().split()[1])
+        # The executor's pid of the job (its own says its PID namespace's, when isolated).
+        headers = {"Authorization": f"Bearer {server.token}"}
+        running = httpx.get(f"{server.url}/api/v1/runs/1", headers=headers).json()
+        job = int(running["message"].rpartition("pid ")[2])
 
         os.kill(server.pid, signal.SIGTERM)
         wait_for(lambda: not _alive(server.pid), seconds=60)

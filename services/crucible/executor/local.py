@@ -5,8 +5,10 @@ two backends share one state machine and one record of phases, attempts and even
 """
 
 import contextlib
+import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -27,6 +29,13 @@ from crucible.domain.origins import is_from_mlflow
 from crucible.executor.cluster_report import ProcessGroup, Reporter
 from crucible.executor.credentials import DEFAULT_LIFETIME, RunCredentials, RunToken
 from crucible.executor.gpus import GpuPool
+from crucible.executor.isolation import (
+    Confinement,
+    IsolationConfig,
+    choose,
+    launcher_command,
+    launcher_env,
+)
 from crucible.executor.launch import build_command, build_env, read_termination_message, working_dir
 from crucible.schemas.runs import AttemptEnd, AttemptStart, PhaseReport, RunPublic
 
@@ -59,9 +68,15 @@ class LocalExecutor:
         gpus: GpuPool,
         grace_seconds: float = 120.0,
         run_token_lifetime: timedelta = DEFAULT_LIFETIME,
+        isolation: IsolationConfig | None = None,
     ) -> None:
         """`client` holds the executor's own token, a global admin's: it never reaches a run,
-        which gets a token of its own (RunCredentials)."""
+        which gets a token of its own (RunCredentials), nor, where runs are isolated
+        (`isolation`, by default as CRUCIBLE_RUN_ISOLATION's default), the home's files that
+        hold it. Raises IsolationUnavailable where isolation is required and cannot be had."""
+        isolation = isolation or IsolationConfig()
+        self.isolated = choose(isolation)
+        self._hidden_files = isolation.hidden_files
         self._client = client
         self._api_url = api_url
         self._credentials = RunCredentials(client, api_url=api_url, lifetime=run_token_lifetime)
@@ -232,6 +247,8 @@ class LocalExecutor:
         token: RunToken,
     ) -> None:
         """Start attempt `number`'s processes; one that cannot start is ended here."""
+        # Asked first: an API that does not answer leaves no log file open.
+        project_runs = self._project_run_ids(run.project_id) if self.isolated else []
         path = self.log_path(run.id, number)
         path.parent.mkdir(parents=True, exist_ok=True)
         log_file = path.open("ab")
@@ -244,27 +261,34 @@ class LocalExecutor:
             self._end_attempt(run.id, number, reasons.REASON_ERROR_EXIT, None, message)
             self._report(run.id, Phase.Interrupted, reasons.REASON_ERROR_EXIT, message)
             return
+        env = build_env(
+            run,
+            attempt=number,
+            api_url=self._api_url,
+            token=token.secret,
+            home=self._home,
+            gpus=gpus,
+            resume_from=start.resumed_from_checkpoint_id,
+            inputs=inputs,
+            code_dir=code_dir,
+        )
+        cwd = working_dir(run) or str(self._home)
         try:
-            process = subprocess.Popen(  # noqa: S603 - the command is the user's own spec
-                command,
-                env=build_env(
-                    run,
-                    attempt=number,
-                    api_url=self._api_url,
-                    token=token.secret,
-                    home=self._home,
-                    gpus=gpus,
-                    resume_from=start.resumed_from_checkpoint_id,
-                    inputs=inputs,
-                    code_dir=code_dir,
-                ),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # Its own process group, so signals reach torchrun's children too.
-                start_new_session=True,
-                cwd=working_dir(run) or self._home,
-            )
+            if self.isolated:
+                process = self._spawn_isolated(
+                    run, project_runs, command, env, cwd, code_dir, log_file
+                )
+            else:
+                process = subprocess.Popen(  # noqa: S603 - the command is the user's own spec
+                    command,
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    # Its own process group, so signals reach torchrun's children too.
+                    start_new_session=True,
+                    cwd=cwd,
+                )
         except OSError as exc:
             log_file.close()
             self._end_attempt(
@@ -281,6 +305,62 @@ class LocalExecutor:
             run.id, run.created_at, number, process, gpus, log_file, token
         )
         self._report(run.id, Phase.Running, "", f"attempt {number}, pid {process.pid}")
+
+    def _spawn_isolated(
+        self,
+        run: RunPublic,
+        project_runs: list[int],
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        code_dir: Path | None,
+        log_file: IO[bytes],
+    ) -> subprocess.Popen[bytes]:
+        """Start the attempt in its namespaces (isolation.py): the launcher is the process
+        the executor watches and signals, its group the run's, as without isolation."""
+        # Checked here, where a missing program or folder fails the start as Popen would,
+        # rather than as an exit code of the launcher's.
+        cwd = os.path.abspath(cwd)
+        if not os.path.isdir(cwd):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), cwd)
+        # A program named by a path is looked for from the working directory, as Popen does.
+        program = os.path.join(cwd, command[0]) if os.sep in command[0] else command[0]
+        if shutil.which(program, path=env.get("PATH")) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
+        confinement = Confinement.for_run(
+            home=self._home,
+            run_id=run.id,
+            project_id=run.project_id,
+            project_runs=project_runs,
+            code_dir=code_dir,
+            hidden_files=self._hidden_files,
+        )
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and launcher
+            launcher_command(),
+            env=launcher_env(),
+            stdin=subprocess.PIPE,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd="/",
+        )
+        assert process.stdin is not None
+        # A launcher that failed before reading ends with a code and a line in the log.
+        with contextlib.suppress(BrokenPipeError), process.stdin:
+            process.stdin.write(confinement.request(command, env, cwd=cwd))
+        return process
+
+    def _project_run_ids(self, project_id: int) -> list[int]:
+        """The ids of the project's runs, whose folders the attempt may read."""
+        name = self._client.get_project(project_id).name
+        ids: list[int] = []
+        cursor: str | None = None
+        while True:
+            page = self._client.list_runs(project=name, limit=1000, cursor=cursor)
+            ids += [r.id for r in page.items if r.project_id == project_id]
+            cursor = page.next_cursor
+            if cursor is None:
+                return ids
 
     def _code_dir(self, run: RunPublic, inputs: dict[str, Any]) -> Path | None:
         """The run's code package, checked and unpacked under CRUCIBLE_HOME/code (once per
