@@ -4,6 +4,7 @@ deleted runs' `runs/<id>/` logs and outputs and MLflow artifact folders, still o
 `log-tail?attempt=1` of a run that never started served a deleted project's log, with the
 token it printed, to another project's viewer."""
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,34 @@ def test_a_force_deleted_experiment_takes_its_runs_files_and_no_others(
     assert not (settings.home / "runs" / str(run["id"])).exists()
     assert not mlflow_folder(settings, run["experiment_id"]).exists()
     assert kept.exists()
+
+
+def deep_tree(top: Path, depth: int) -> None:
+    """A folder `depth` levels deep under `top`, made by relative steps: its full path is
+    longer than the system lets one call name, as a run's own code can make it."""
+    top.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=descriptor)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = inner
+        with open(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=descriptor), "w") as f:
+            f.write("deep")
+    finally:
+        os.close(descriptor)
+
+
+def test_a_run_folder_deeper_than_rmtree_recurses_is_removed_with_its_project(
+    admin: TestClient, settings: Settings
+) -> None:
+    project = make_project(admin, "a")
+    run = started_run(admin, settings, "a")
+    folder = settings.home / "runs" / str(run["id"])
+    deep_tree(folder / "outputs" / "deep", 2_000)  # shutil.rmtree: RecursionError on 3.11
+    deep_tree(mlflow_folder(settings, run["experiment_id"]) / "deep", 2_000)
+    deleted = admin.delete(f"/api/v1/projects/{project['id']}", params={"force": "true"})
+    assert deleted.status_code == 200, deleted.text
+    assert not folder.exists()
+    assert not mlflow_folder(settings, run["experiment_id"]).exists()

@@ -8,6 +8,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,5 +98,17 @@ def write_in_place(target: Path, write: Callable[[Path], None]) -> None:
 
 
 def remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    """Delete a file or a folder tree, never following a link inside it, however deep.
+
+    A run's own code can write a tree deeper than `shutil.rmtree` recurses on Python 3.11:
+    it raises RecursionError, which `ignore_errors` does not cover, and the tree stays.
+    `rm` walks it without recursing in Python."""
+    if not path.is_symlink() and path.is_dir():
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except RecursionError:
+            rm = shutil.which("rm") or "/bin/rm"
+            # A fixed program; the path is one argument after `--`, never an option.
+            subprocess.run([rm, "-rf", "--", str(path)], check=False, capture_output=True)  # noqa: S603
+        return
     path.unlink(missing_ok=True)

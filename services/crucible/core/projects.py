@@ -1,7 +1,6 @@
 """Projects and experiments."""
 
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,13 +46,13 @@ def remove_leftovers(leftovers: Leftovers, *, home: Path, mlflow_artifact_root: 
     """Remove them; a store that does not answer keeps its files, which no row names any
     more (and, ids never being reused, none will)."""
     for run_id in leftovers.run_ids:
-        shutil.rmtree(home / "runs" / str(run_id), ignore_errors=True)
+        storage.remove(home / "runs" / str(run_id))
     for experiment_id in leftovers.experiment_ids:
         uri = f"{mlflow_artifact_root.rstrip('/')}/{experiment_id}"
         path = storage.local_path(uri)
         try:
             if path is not None:
-                shutil.rmtree(path, ignore_errors=True)
+                storage.remove(path)
             else:
                 remote.remove(uri)
         except Exception:  # botocore and aiohttp raise many kinds; all mean "not now"

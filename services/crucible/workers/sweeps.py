@@ -3,7 +3,6 @@ that stopped sending heartbeats as hung, apply checkpoint retention, and advance
 hyperparameter sweeps (`core/sweep_controller.py`)."""
 
 import logging
-import shutil
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -65,11 +64,8 @@ def retire_checkpoints(factory: sessionmaker[Session]) -> int:
                 remote.remove(checkpoint.uri)
             except Exception:  # botocore and aiohttp raise many kinds; all mean "not now"
                 log.warning("could not delete retired checkpoint %s", checkpoint.uri, exc_info=True)
-        elif path.exists():
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        else:
+            storage.remove(path)
     return len(retired)
 
 
