@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--into", type=Path, required=True, help="Empty directory to unpack into.")
     into: Path = parser.parse_args(argv).into
     given = os.environ.get(contract.CODE_PACKAGE_ENV, "")
-    if not given.isdigit():
+    if not (given.isascii() and given.isdigit()):
         _stop(
             2,
             f"{contract.CODE_PACKAGE_ENV} must be the id of the run's code package artifact, "

@@ -501,3 +501,30 @@ def test_reserved_tags_are_refused_through_every_mlflow_route(
 def test_json_body_shapes_stay_mlflow_errors(client: TestClient, tokens: dict[str, str]) -> None:
     """Not a bad input of the issue's list, but the same class: a body that parses to a list."""
     refused(_raw(client, tokens["editor"], "/runs/create", json.dumps([1, 2])), "JSON object")
+
+
+@pytest.mark.parametrize("digits", ["³", "¹²", "٣"])
+def test_ids_of_digits_int_does_not_read_name_nothing(
+    client: TestClient, tokens: dict[str, str], digits: str
+) -> None:
+    # str.isdigit() holds for these, int() refuses the first two and reads the third as 3:
+    # each was a 500, or another entity's id.
+    editor = tokens["editor"]
+    experiment_id = new_experiment(client, editor)
+    run_id = new_run(client, editor, experiment_id)
+    assert run_id != digits
+    missing = "RESOURCE_DOES_NOT_EXIST"
+    refused(
+        call(client, editor, "GET", "/runs/get", params={"run_id": digits}),
+        status=404,
+        code=missing,
+    )
+    refused(
+        call(client, editor, "GET", "/experiments/get", params={"experiment_id": digits}),
+        status=404,
+        code=missing,
+    )
+    upload = client.put(
+        f"{ARTIFACTS}/{digits}/{digits}/artifacts/f.txt", content=b"x", headers=bearer(editor)
+    )
+    assert upload.status_code in (400, 403, 404), upload.text

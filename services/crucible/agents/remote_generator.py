@@ -87,7 +87,7 @@ class RemoteGenerator:
             self._stop = weakref.finalize(self, _kill, self._process)
             assert self._process.stdout is not None
             port = self._process.stdout.readline().strip()
-            if not port.isdigit():
+            if not (port.isascii() and port.isdigit()):
                 self._process.wait(30)
                 raise GeneratorProcessError(
                     f"the generator process did not start (exit code {self._process.returncode})"

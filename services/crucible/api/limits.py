@@ -48,7 +48,12 @@ class BodySizeLimit:
             return
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        if (
+            declared is not None
+            and declared.isascii()
+            and declared.isdigit()
+            and int(declared) > self.max_bytes
+        ):
             await self._reject(send)
             return
         if _is_json(headers.get(b"content-type", b"")):

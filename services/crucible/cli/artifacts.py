@@ -313,7 +313,7 @@ def parse_source(ref: str) -> tuple[str, str]:
         )
     if colon and form == "dataset" and re.fullmatch(r"[^@\s]+@[^@\s]+", value):
         return form, value
-    if colon and form == "checkpoint" and value.isdigit():
+    if colon and form == "checkpoint" and value.isascii() and value.isdigit():
         return form, value
     raise typer.BadParameter(f"{ref!r} is not {SOURCE_FORMS}", param_hint="--from")
 

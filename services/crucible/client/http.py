@@ -121,7 +121,7 @@ def present(params: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def retry_delay(backoff: float, attempt: int, retry_after: str | None) -> float:
     delay: float = backoff * 2**attempt
-    if retry_after and retry_after.isdigit():
+    if retry_after and retry_after.isascii() and retry_after.isdigit():
         delay = max(delay, float(retry_after))
     return min(delay, 10.0)
 

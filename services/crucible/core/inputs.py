@@ -204,7 +204,7 @@ def _code_package(session: Session, run: Run, ref: str) -> Artifact:
 
 def _artifact(session: Session, run: Run, ref: str, where: str = "config") -> Artifact:
     """The artifact of id `ref`, or the newest named `ref`, in the run's project."""
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit():
         artifact = session.get(Artifact, int(ref))
         if artifact is None or artifact.project_id != run.project_id:
             raise _ProducerFailed(

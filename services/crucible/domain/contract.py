@@ -93,7 +93,7 @@ def code_package_id(spec: Mapping[str, Any], inputs: Mapping[str, Any] | None) -
     pinned = (inputs or {}).get("artifacts") or {}
     if ref in pinned:
         return int(pinned[ref])
-    return int(ref) if ref.isdigit() else None
+    return int(ref) if ref.isascii() and ref.isdigit() else None
 
 
 def termination_message(text: str) -> str:

@@ -42,7 +42,12 @@ class RequestGate:
                 await error_response(exc)(scope, receive, send)
                 return
         declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        if (
+            declared is not None
+            and declared.isascii()
+            and declared.isdigit()
+            and int(declared) > self.max_body_bytes
+        ):
             await self._too_large(scope, receive, send)
             return
         await self._bounded(scope, receive, send)

@@ -18,7 +18,7 @@ _MAX_ID = 2**63 - 1
 
 def parse_id(value: str, entity: str) -> int:
     """The Crucible id in an MLflow id; one that cannot be one names no such entity."""
-    if value.isdigit() and 0 < int(value) <= _MAX_ID:
+    if value.isascii() and value.isdigit() and 0 < int(value) <= _MAX_ID:
         return int(value)
     raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"{entity} with id={value!r} not found")
 

@@ -108,7 +108,7 @@ def fetch(client: CrucibleClient, *, project: str, ref: str, cache_dir: Path) ->
 
 def find(client: CrucibleClient, project: str, ref: str) -> ArtifactPublic:
     """The artifact of id `ref`, or the newest named `ref`."""
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit():
         return client.get_artifact(int(ref))
     named = client.list_artifacts(project, name=ref).items
     if not named:

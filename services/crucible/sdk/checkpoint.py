@@ -457,7 +457,7 @@ class CheckpointStore:
     def _find(self, resume_from: str | None) -> CheckpointPublic | None:
         if resume_from is None:
             return self._client.latest_checkpoint(self._run_id)
-        if resume_from.isdigit():
+        if resume_from.isascii() and resume_from.isdigit():
             return self._client.get_checkpoint(int(resume_from))
         uri = resume_from.rstrip("/")
         cursor = None
