@@ -15,9 +15,16 @@ import pytest
 
 from crucible.client import CrucibleClient
 from crucible.executor.gpus import GpuPool
-from crucible.executor.isolation import IsolationConfig, RunIsolation, choose, probe
+from crucible.executor.isolation import (
+    IsolationConfig,
+    RunIsolation,
+    choose,
+    config_from,
+    probe,
+)
 from crucible.executor.local import LocalExecutor
 from crucible.schemas.runs import RunSubmit
+from crucible.settings import load_settings
 from tests.executor.test_run_credentials import make_executor, submit, tick_until
 from tests.servers import LocalServer
 
@@ -158,6 +165,19 @@ def test_a_tool_sandbox_works_inside_an_isolated_run(
     assert executor.isolated
     tick_until(executor, lambda: finished(live_api, run.id))
     assert "sandbox=ok True" in log_of(executor, run.id), log_of(executor, run.id)
+
+
+def test_the_database_kept_outside_the_home_is_among_the_files_hidden(tmp_path: Path) -> None:
+    database = tmp_path / "elsewhere" / "crucible.db"
+    settings = load_settings(
+        home=tmp_path / "home", database_url=f"sqlite:///{database}", run_isolation="namespaces"
+    )
+    config = config_from(settings)
+    assert config.mode is RunIsolation.NAMESPACES
+    assert set(config.hidden_files) == {
+        database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")
+    }
+    assert config_from(load_settings(home=tmp_path / "home")).hidden_files == ()
 
 
 def test_isolation_none_runs_as_before(live_server: LocalServer, live_api: CrucibleClient) -> None:

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from crucible.domain.errors import CrucibleError
 from crucible.domain.storage_uris import HOME_SHARED_DIRS, PROJECTS_DIR, RUNS_DIR
 from crucible.executor.launch import inherited_env
@@ -64,22 +66,23 @@ class IsolationUnavailable(CrucibleError):
 class IsolationConfig:
     mode: RunIsolation = RunIsolation.AUTO
     hidden_files: tuple[Path, ...] = ()
-    """Secrets kept outside the home (a SQLite database elsewhere) to cover in each run."""
+    """Secrets kept outside the home (a SQLite database elsewhere, its journal files) to
+    cover in each run, where they exist when it starts."""
 
 
 def config_from(settings: Settings) -> IsolationConfig:
     """The mode asked for, and the secret files outside the home that a run must not open."""
     home = Path(os.path.abspath(settings.home))
     secrets = [settings.local_token_file]
-    url = settings.resolved_database_url
-    if settings.is_sqlite and url.startswith("sqlite:///"):
-        database = Path(url.removeprefix("sqlite:///").partition("?")[0])
+    database_name = make_url(settings.resolved_database_url).database
+    if settings.is_sqlite and database_name and database_name != ":memory:":
+        database = Path(database_name)
         # The journal files hold the database's pages too.
         secrets += [database.with_name(database.name + s) for s in ("", "-wal", "-shm", "-journal")]
     outside = tuple(
         path
         for path in (Path(os.path.abspath(p)) for p in secrets)
-        if not path.is_relative_to(home) and path.exists()
+        if not path.is_relative_to(home)
     )
     return IsolationConfig(RunIsolation(settings.run_isolation), outside)
 
@@ -177,7 +180,8 @@ class Confinement:
                 binds.append(Bind(path, writable=False))
         if code_dir is not None:
             binds.append(Bind(Path(os.path.abspath(code_dir)), writable=False))
-        return cls(home, tuple(binds), tuple(hidden_files))
+        # Looked for at each start: SQLite makes and removes its journal files as it goes.
+        return cls(home, tuple(binds), tuple(p for p in hidden_files if p.exists()))
 
     def request(self, command: Sequence[str], env: dict[str, str], *, cwd: Path | str) -> bytes:
         """The launcher's stdin: what to mount, then what to run, where, with which env."""
