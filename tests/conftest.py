@@ -133,6 +133,9 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         admin_token=ADMIN_TOKEN,
         broker_url=None,
         storage_roots=[checkpoint_files.ROOT.as_uri(), SHARED_BUCKET],
+        # Each test's own: under the shared root, tests whose databases both start at id 1
+        # wrote into one another's experiment folders.
+        mlflow_artifact_root=(tmp_path / "home" / "mlflow-artifacts").as_uri(),
     )
 
 
