@@ -199,7 +199,13 @@ def test_tokens_a_dead_executor_left_are_revoked_by_the_next(
 
 def test_a_server_that_caps_token_lifetimes_gets_the_longest_it_allows(tmp_path: Path) -> None:
     settings = load_settings(
-        home=tmp_path / "home", admin_token=ADMIN_TOKEN, broker_url=None, token_max_lifetime_days=1
+        home=tmp_path / "home",
+        # Its own database: CRUCIBLE_DATABASE_URL from the test stack's environment names the
+        # shared Postgres, which no migration has prepared for this app.
+        database_url=f"sqlite:///{tmp_path / 'crucible.db'}",
+        admin_token=ADMIN_TOKEN,
+        broker_url=None,
+        token_max_lifetime_days=1,
     )
     with app_in_thread(create_app(settings)) as url, CrucibleClient(url, ADMIN_TOKEN) as api:
         run = submit(api, api.create_project("capped").name, "capped", "print()")
