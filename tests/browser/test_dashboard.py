@@ -20,6 +20,7 @@ import pytest
 
 from crucible.core.run_logs import log_path
 from crucible.core.signin import issue_code
+from tests import checkpoint_files
 from tests.servers import LocalServer, free_port, local_server, wait_until_serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -48,6 +49,12 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
 
 def _digest(n: int) -> str:
     return f"sha256:{n:064x}"
+
+
+def run_folder(run_id: int, name: str) -> str:
+    """A URI in the folder of run `run_id` under a storage root of the test server, the only
+    place the API accepts that run's checkpoints (docs/storage.md)."""
+    return (checkpoint_files.ROOT / "runs" / str(run_id) / name).as_uri()
 
 
 def _seed(server: LocalServer) -> dict[str, Any]:
@@ -89,7 +96,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         sums = {
             "project": "default",
             "name": "sums",
-            "uri": "file:///data/sums.jsonl",
+            "uri": (checkpoint_files.ROOT / "datasets" / "sums.jsonl").as_uri(),
             "digest": _digest(1),
             "record_count": 4000,
         }
@@ -99,7 +106,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
         def checkpoint(step: int, attempt: int, accuracy: float) -> int:
             body = {
                 "step": step,
-                "uri": f"file:///ckpt/{step}",
+                "uri": run_folder(rid, f"step-{step}"),
                 "digest": _digest(step),
                 "size_bytes": 3_200_000,
                 "attempt": attempt,
@@ -279,6 +286,7 @@ def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
                 "TOKEN": server.token,
                 "RUN_ID": str(run["id"]),
                 "RUN_NAME": run["name"],
+                "CHECKPOINT_URI": run_folder(run["id"], "step-590"),
                 "EXPERIMENT_NAME": "arithmetic",
                 "LATEST_STEP": str(run["latest_step"]),
                 "COMPARE": f"sweep-{NEWER_RUNS - 1},sweep-{NEWER_RUNS - 2}",

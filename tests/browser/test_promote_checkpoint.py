@@ -21,6 +21,7 @@ from tests.browser.test_dashboard import (
     _run_e2e,
     _submit_training_run,
     _vite_preview,
+    run_folder,
 )
 from tests.servers import LocalServer, local_server
 
@@ -38,7 +39,7 @@ def _seed(server: LocalServer) -> dict[str, Any]:
                 f"/runs/{run_id}/checkpoints",
                 json={
                     "step": step,
-                    "uri": f"s3://ckpt/{step}",
+                    "uri": run_folder(run_id, f"step-{step}"),
                     "digest": _digest(step),
                     "size_bytes": 1,
                 },

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from crucible import provenance
+from tests import checkpoint_files
 from tests.browser.test_dashboard import CHROMIUM, _call, _prepare, _run_e2e, _vite_preview
 from tests.servers import LocalServer, local_server
 
@@ -58,7 +59,7 @@ def _seed(server: LocalServer, repo: Path) -> dict[str, Any]:
             body = {
                 "project": "default",
                 "name": "sums",
-                "uri": f"file:///d{version}",
+                "uri": (checkpoint_files.ROOT / "datasets" / f"d{version}").as_uri(),
                 "digest": digest,
             }
             _call(client, "POST", "/datasets/versions", json=body)

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
@@ -108,12 +107,13 @@ def test_requests_without_the_key_are_refused(served: str) -> None:
 
 
 def test_a_checkpoint_that_is_not_a_model_and_a_missing_one_are_refused(
-    platform: Platform, trained: Trained, tmp_path: Path
+    platform: Platform, trained: Trained
 ) -> None:
     run_id = platform.submit("train", config={"model": {"preset": "tiny"}})
-    store = CheckpointStore(
-        platform.api, run_id=run_id, attempt=1, base_uri=(tmp_path / "ckpt").as_uri()
-    )
+    # The run's folder in the server's home, as the executor gives it: the only place the API
+    # takes that run's checkpoints.
+    folder = platform.home / "runs" / str(run_id) / "checkpoints"
+    store = CheckpointStore(platform.api, run_id=run_id, attempt=1, base_uri=folder.as_uri())
     bare = store.save(1, {"weights": torch.zeros(3)})
     assert bare is not None
     refused = crucible(trained.env, "serve", str(bare.id), "--port", str(free_port()))

@@ -14,6 +14,7 @@ from crucible.domain.enums import Phase
 from crucible.schemas.lineage import CheckpointCreate, EvalResultCreate
 from crucible.schemas.runs import AttemptStart, PhaseReport, RunPublic, RunSubmit
 from crucible_operator.feed import CheckpointSeen, EventFollower, Known, RunChanges
+from tests import checkpoint_files
 from tests.servers import LocalServer
 
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
@@ -69,11 +70,16 @@ def test_changed_runs_wake_their_loops_once(
     assert woken == ["uid-a"]
 
 
+def checkpoint_uri(run: RunPublic, step: int) -> str:
+    """In the run's folder under a root of the test server, where the API takes its checkpoints."""
+    return (checkpoint_files.ROOT / "runs" / str(run.id) / str(step)).as_uri()
+
+
 def checkpoint(api: CrucibleClient, run: RunPublic, step: int) -> int:
     created = api.register_checkpoint(
         run.id,
         CheckpointCreate(
-            step=step, uri=f"s3://ckpt/{run.id}/{step}", digest="sha256:" + "c" * 64, size_bytes=1
+            step=step, uri=checkpoint_uri(run, step), digest="sha256:" + "c" * 64, size_bytes=1
         ),
     )
     return created.id
@@ -107,7 +113,7 @@ def test_checkpoints_and_preempt_requests_come_with_the_wake_and_need_no_read(
     on_loop(follower.poll())
     assert woken == ["uid-ckpt"]
     assert changes.changed == set()  # nothing the loop has to read the run for
-    assert changes.checkpoints == {run.id: CheckpointSeen(high, 300, f"s3://ckpt/{run.id}/300")}
+    assert changes.checkpoints == {run.id: CheckpointSeen(high, 300, checkpoint_uri(run, 300))}
     assert low != high
     assert changes.preempt_requests == {run.id: {1}}
 

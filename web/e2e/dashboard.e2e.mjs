@@ -15,6 +15,7 @@ const baseUrl = env('BASE_URL');
 const token = env('TOKEN');
 const runName = env('RUN_NAME');
 const runId = env('RUN_ID');
+const checkpointUri = env('CHECKPOINT_URI');
 const experimentName = env('EXPERIMENT_NAME', 'arithmetic');
 const latestStep = env('LATEST_STEP', '');
 const compare = env('COMPARE', '').split(',').filter(Boolean);
@@ -267,7 +268,7 @@ try {
   const saved = await fetch(`${baseUrl}/api/v1/runs/${runId}/checkpoints`, {
     method: 'POST',
     headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ step: 590, uri: 'file:///ckpt/590', digest: `sha256:${'5'.repeat(64)}`, size_bytes: 1 }),
+    body: JSON.stringify({ step: 590, uri: checkpointUri, digest: `sha256:${'5'.repeat(64)}`, size_bytes: 1 }),
   });
   check(saved.ok, 'a checkpoint is registered through the API while the page is open');
   await page.getByRole('list', { name: 'Events' }).getByText('checkpoint at step 590 registered').waitFor();
