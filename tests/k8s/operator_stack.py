@@ -27,7 +27,7 @@ from crucible.workers.celery_app import HANDLE_TASK, create_celery
 from crucible.workers.relay import republish_wait
 from tests.conftest import postgres_url
 from tests.outbox_probe import handler_copies
-from tests.servers import free_port, wait_until_serving
+from tests.servers import free_port, storage_roots_env, wait_until_serving
 
 ADMIN_TOKEN = "cru_operator-test-admin"
 
@@ -169,6 +169,9 @@ class Stack(ControlPlane):
             "CRUCIBLE_TOKEN": ADMIN_TOKEN,
             "CRUCIBLE_DRIFT_SETTLE_SECONDS": "1",
         }
+        # The roots test servers have (tests/checkpoint_files.py's among them): the API takes
+        # checkpoints, datasets and artifacts only there (docs/storage.md).
+        env |= storage_roots_env(workdir.parent)
         self.env = env
         self.server = Process(
             "server", ["server", "--host", host, "--port", str(port)], env, workdir / "server.log"

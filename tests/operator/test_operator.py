@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from crucible_operator import naming
-from tests.checkpoint_files import checkpoint_files
+from tests.checkpoint_files import ROOT, checkpoint_files
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -300,7 +300,7 @@ def test_an_eviction_is_an_interruption_and_the_next_attempt_resumes_from_the_ch
     run = api_run(stack, ns, "evicted")
     checkpoint = stack.post(
         f"/runs/{run['id']}/checkpoints",
-        {"step": 100, **checkpoint_files(f"{ns}-evicted", 100, "a")},
+        {"step": 100, **checkpoint_files(run["id"], 100, "a")},
     )
 
     h.evict_pod(ns, pod["metadata"]["name"])
@@ -332,7 +332,7 @@ def test_checkpoints_reach_the_status_and_a_preempt_request_drains_without_readi
         checkpoints.append(
             stack.post(
                 f"/runs/{run['id']}/checkpoints",
-                {"step": step, **checkpoint_files(f"{ns}-asked", step, "b")},
+                {"step": step, **checkpoint_files(run["id"], step, "b")},
             )
         )
         stack.wait_for(
@@ -450,7 +450,7 @@ def test_a_code_package_is_unpacked_by_an_init_container_the_api_server_admits(
             "project": ns,
             "kind": "code",
             "name": "team-code",
-            "uri": f"s3://code/{ns}/team-code.tar",
+            "uri": (ROOT / "code" / ns / "team-code.tar").as_uri(),
             "digest": "sha256:" + "c" * 64,
             "size_bytes": 10240,
         },
@@ -507,7 +507,7 @@ def test_a_loop_applied_at_once_starts_each_stage_when_its_inputs_appear(
         {
             "project": ns,
             "name": "sums",
-            "uri": f"s3://data/{ns}/sums/1",
+            "uri": (ROOT / "datasets" / ns / "sums" / "1").as_uri(),
             "digest": "sha256:" + "b" * 64,
             "record_count": 10,
             "produced_by_run_id": gen["id"],
@@ -655,7 +655,7 @@ def test_every_checkpoint_gets_one_evaljob_resource_that_reports_its_scores(
         f"/runs/{run['id']}/checkpoints",
         {
             "step": 10,
-            "uri": f"s3://ckpt/{ns}/scored/10",
+            "uri": (ROOT / "runs" / str(run["id"]) / "step-10").as_uri(),
             "digest": "sha256:" + "c" * 64,
             "size_bytes": 1,
         },

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from crucible.workers import kubernetes
+from tests.checkpoint_files import ROOT
 from tests.k8s import cluster_helpers as h
 from tests.k8s.operator_stack import Stack
 
@@ -77,7 +78,7 @@ def add_checkpoint(stack: Stack, run: dict[str, Any], step: int) -> int:
         f"/runs/{run['id']}/checkpoints",
         {
             "step": step,
-            "uri": f"s3://ckpt/src/{step}",
+            "uri": (ROOT / "runs" / str(run["id"]) / f"step-{step}").as_uri(),
             "digest": "sha256:" + f"{step:x}".rjust(64, "0"),
             "size_bytes": 1,
         },
