@@ -84,11 +84,11 @@ def free_port() -> int:
         return port
 
 
-def storage_roots_env(base: Path) -> dict[str, str]:
+def storage_roots_env(base: Path, extra: list[str] | None = None) -> dict[str, str]:
     """CRUCIBLE_STORAGE_ROOTS for a test server: `base` (the session's temporary folder, where
     tests keep files they register in place), tests/checkpoint_files.py's folder, and the test
     object store's bucket when there is one. Checkpoints still go in a run's folder there."""
-    roots = [base.as_uri(), checkpoint_files.ROOT.as_uri()]
+    roots = [base.as_uri(), checkpoint_files.ROOT.as_uri(), *(extra or [])]
     if bucket := os.environ.get("CRUCIBLE_S3_BUCKET"):
         roots.append(f"s3://{bucket}")
     return {"CRUCIBLE_STORAGE_ROOTS": json.dumps(roots)}

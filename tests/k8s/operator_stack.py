@@ -141,6 +141,16 @@ class ControlPlane:
             time.sleep(0.3)
 
 
+def operator_storage(operator_args: tuple[str, ...]) -> list[str]:
+    """The storage the operator's arguments give pods (--storage-path or --storage-uri)."""
+    args = list(operator_args)
+    if "--storage-path" in args:
+        return [Path(args[args.index("--storage-path") + 1]).as_uri()]
+    if "--storage-uri" in args:
+        return [args[args.index("--storage-uri") + 1]]
+    return []
+
+
 class Stack(ControlPlane):
     def __init__(
         self,
@@ -169,9 +179,10 @@ class Stack(ControlPlane):
             "CRUCIBLE_TOKEN": ADMIN_TOKEN,
             "CRUCIBLE_DRIFT_SETTLE_SECONDS": "1",
         }
-        # The roots test servers have (tests/checkpoint_files.py's among them): the API takes
-        # checkpoints, datasets and artifacts only there (docs/storage.md).
-        env |= storage_roots_env(workdir.parent)
+        # The roots test servers have (tests/checkpoint_files.py's among them), and where the
+        # operator has pods write: the API takes checkpoints, datasets and artifacts only
+        # there, and a run's checkpoints only in `<root>/runs/<id>/` (docs/storage.md).
+        env |= storage_roots_env(workdir.parent, extra=operator_storage(operator_args))
         self.env = env
         self.server = Process(
             "server", ["server", "--host", host, "--port", str(port)], env, workdir / "server.log"
