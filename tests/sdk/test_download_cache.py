@@ -2,8 +2,8 @@
 remote dataset or artifact into one cache at once all get the verified copy, and none
 sees another's partial download (the two-pod SFT of tests/k8s/test_chart_real_node.py
 failed so: one rank found its download removed by another, exited, and every other rank
-lost its peer). `local://` is fsspec's local filesystem under a scheme that the SDK treats
-as remote, so the copies go through the same path as s3:// ones."""
+lost its peer). The files are on the test stack's S3 server: a `file://` dataset or
+artifact is read in place, never cached, and storage takes no other scheme."""
 
 import multiprocessing
 from collections.abc import Callable
@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from crucible.artifacts import remote
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import ArtifactPublic, DatasetVersionPublic
 from crucible.sdk import artifacts, datasets
+from tests.object_store import ObjectStore
 
 PROCESSES = 8
 
@@ -42,7 +44,7 @@ def _artifact_copy(args: tuple[str, str, Path]) -> str:
 
 @pytest.mark.parametrize("copy", [_dataset_copy, _artifact_copy], ids=["dataset", "artifact"])
 def test_processes_sharing_a_cache_all_get_the_verified_copy(
-    copy: Callable[[tuple[str, str, Path]], str], tmp_path: Path
+    copy: Callable[[tuple[str, str, Path]], str], tmp_path: Path, s3: ObjectStore
 ) -> None:
     source = tmp_path / "store" / "files"
     source.mkdir(parents=True)
@@ -51,8 +53,11 @@ def test_processes_sharing_a_cache_all_get_the_verified_copy(
             b'{"prompt": "1+1=", "completion": "2"}\n' * 60_000
         )
     digest = content_of(source).digest
+    uri = f"{s3.prefix('download-cache')}/files"
+    remote.upload(source, uri)
     cache = tmp_path / "cache"
-    work = [(f"local://{source}", digest, cache)] * PROCESSES
+    # The spawned processes inherit the environment `s3` points at the store.
+    work = [(uri, digest, cache)] * PROCESSES
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
         paths = pool.map(copy, work)
     assert len(set(paths)) == 1

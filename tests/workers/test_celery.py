@@ -20,6 +20,7 @@ checkpoint's `CheckpointVerified` event into `run_events` (the run's other messa
 behind it on the run's row lock).
 """
 
+import json
 import os
 import re
 import signal
@@ -40,6 +41,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, create_engine, select, text
 
 from crucible.db.tables import OutboxMessage
+from crucible.settings import Settings
 from crucible.workers.celery_app import HANDLE_TASK
 from crucible.workers.relay import republish_wait
 from tests.api.test_checkpoints_datasets import API, register_checkpoint, submit_kind
@@ -131,12 +133,15 @@ class Broker:
 class Worker:
     """`crucible worker` in its own process group, logging to one file over its lives."""
 
-    def __init__(self, database_url: str, broker_url: str, home: Path) -> None:
+    def __init__(self, settings: Settings, broker_url: str, home: Path) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CRUCIBLE_")}
         self.env |= {
-            "CRUCIBLE_DATABASE_URL": database_url,
+            "CRUCIBLE_DATABASE_URL": str(settings.database_url),
             "CRUCIBLE_BROKER_URL": broker_url,
             "CRUCIBLE_HOME": str(home),
+            # The API's storage roots: recovery retires a checkpoint outside them unread, so
+            # a worker without them would call every test checkpoint OutsideProjectStorage.
+            "CRUCIBLE_STORAGE_ROOTS": json.dumps(settings.storage_roots),
             "CRUCIBLE_RELAY_REPUBLISH_AFTER_SECONDS": str(REPUBLISH_AFTER.total_seconds()),
             "CRUCIBLE_BROKER_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_TIMEOUT.total_seconds()),
         }
@@ -406,11 +411,11 @@ class Fault:
 
 
 @pytest.fixture
-def fault(database_url: str, tmp_path: Path) -> Iterator[Fault]:
+def fault(database_url: str, settings: Settings, tmp_path: Path) -> Iterator[Fault]:
     broker = Broker(tmp_path / "redis")
     broker.start()
     engine = create_engine(database_url)
-    worker = Worker(database_url, broker.url, tmp_path / "worker-home")
+    worker = Worker(settings, broker.url, tmp_path / "worker-home")
     yield Fault(worker, broker, Outbox(engine), held_table="runs")
     worker.kill()
     broker.stop()
