@@ -1,11 +1,12 @@
 """Reject oversized request bodies with 413 before they are read into memory, and JSON
 bodies nested deeper than any request needs with 422 before they are parsed."""
 
-import contextlib
 import json
 import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from crucible.body_limit import call_bounded, declared_over
 
 MAX_JSON_BODY_DEPTH = 100
 """Levels of maps and lists in a JSON body: the envelope's few and a free-form value's
@@ -47,51 +48,23 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if (
-            declared is not None
-            and declared.isascii()
-            and declared.isdigit()
-            and int(declared) > self.max_bytes
-        ):
-            await self._reject(send)
+        if declared_over(headers, self.max_bytes):
+            await self._reject(scope, receive, send)
             return
         if _is_json(headers.get(b"content-type", b"")):
             body = await self._read(receive)
             if body is None:
-                await self._reject(send)
+                await self._reject(scope, receive, send)
                 return
             if json_depth_over(body, self.max_json_depth):
                 await _refuse_depth(send, self.max_json_depth)
                 return
             receive = _replay(body, receive)
-        received = 0
-        too_large = started = False
+        await call_bounded(
+            self.app, scope, receive, send, max_bytes=self.max_bytes, refuse=self._reject
+        )
 
-        async def counting_receive() -> Message:
-            nonlocal received, too_large
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    too_large = True
-                    raise _TooLarge
-            return message
-
-        async def send_unless_too_large(message: Message) -> None:
-            # The framework catches _TooLarge while parsing the body and answers 400 of its
-            # own; that answer is dropped, and the 413 below sent instead.
-            nonlocal started
-            if not too_large:
-                started = started or message["type"] == "http.response.start"
-                await send(message)
-
-        with contextlib.suppress(_TooLarge):
-            await self.app(scope, counting_receive, send_unless_too_large)
-        if too_large and not started:
-            await self._reject(send)
-
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = b'{"detail":"request body larger than the limit of %d bytes"}' % self.max_bytes
         await send(
             {
@@ -162,7 +135,3 @@ async def _refuse_depth(send: Send, limit: int) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass

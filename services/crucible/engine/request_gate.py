@@ -8,11 +8,11 @@ request without a key the server accepts gets its 401 with its body unread; a bo
 chunks pass the limit otherwise.
 """
 
-import contextlib
 from collections.abc import Awaitable, Callable
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from crucible.body_limit import call_bounded, declared_over
 from crucible.engine.openai_errors import ApiError, error_response
 
 KeyCheck = Callable[[str | None], Awaitable[None]]
@@ -41,44 +41,17 @@ class RequestGate:
             except ApiError as exc:
                 await error_response(exc)(scope, receive, send)
                 return
-        declared = headers.get(b"content-length")
-        if (
-            declared is not None
-            and declared.isascii()
-            and declared.isdigit()
-            and int(declared) > self.max_body_bytes
-        ):
+        if declared_over(headers, self.max_body_bytes):
             await self._too_large(scope, receive, send)
             return
-        await self._bounded(scope, receive, send)
-
-    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The app, with a body that stops being read once it passes the limit."""
-        received = 0
-        too_large = started = False
-
-        async def counting_receive() -> Message:
-            nonlocal received, too_large
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    too_large = True
-                    raise _TooLarge
-            return message
-
-        async def send_unless_too_large(message: Message) -> None:
-            # FastAPI turns _TooLarge, raised while it reads the body, into a 400 of its own;
-            # that answer is dropped and the 413 below sent instead.
-            nonlocal started
-            if not too_large:
-                started = started or message["type"] == "http.response.start"
-                await send(message)
-
-        with contextlib.suppress(_TooLarge):
-            await self.app(scope, counting_receive, send_unless_too_large)
-        if too_large and not started:
-            await self._too_large(scope, receive, send)
+        await call_bounded(
+            self.app,
+            scope,
+            receive,
+            send,
+            max_bytes=self.max_body_bytes,
+            refuse=self._too_large,
+        )
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = ApiError(
@@ -87,7 +60,3 @@ class RequestGate:
             code="request_too_large",
         )
         await error_response(refusal)(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
