@@ -17,7 +17,7 @@ from crucible.client import ApiError, calls
 from crucible.domain import reasons
 from crucible.domain.enums import TERMINAL_PHASES
 from crucible.schemas.runs import AttemptEnd
-from crucible_operator import naming
+from crucible_operator import naming, run_tokens
 from crucible_operator.context import OperatorContext, memo_context, sleep_until_woken
 from crucible_operator.facts import PodFacts, node_facts, pod_facts, pod_use
 from crucible_operator.reconcile import Pass, Tracked
@@ -171,8 +171,9 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
 
     @kopf.on.delete(*resource, registry=registry, id=f"record-deletion-{info.plural}")
     async def record_deletion(status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
-        """Before the resource goes: the run is Cancelled and its open attempt ended in the
-        control plane (its pods then go with it, through their owner references)."""
+        """Before the resource goes: the run is Cancelled, its open attempt ended and its
+        tokens revoked in the control plane (its pods and token Secret then go with it,
+        through their owner references). A run already ended had its tokens revoked then."""
         run_id = status.get("runId")
         if not run_id or status.get("phase") in _TERMINAL:
             return
@@ -192,6 +193,10 @@ def _register_kind(registry: kopf.OperatorRegistry, info: naming.KindInfo) -> No
             except ApiError as exc:
                 if exc.status != 409:
                     raise kopf.TemporaryError(str(exc), delay=RETRY_AFTER_ERROR) from exc
+        try:
+            await run_tokens.revoke_named(ctx, int(run_id))
+        except ApiError as exc:
+            raise kopf.TemporaryError(str(exc), delay=RETRY_AFTER_ERROR) from exc
 
 
 async def _one_pass(

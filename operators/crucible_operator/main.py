@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 
 from crucible.client.async_http import AsyncCrucibleClient
 from crucible.settings import Settings
-from crucible_operator import naming
+from crucible_operator import naming, run_tokens
 from crucible_operator.cluster_report import report_forever
 from crucible_operator.context import OperatorContext
 from crucible_operator.essence import EmptyEssence
@@ -61,11 +61,13 @@ def run_operator(settings: Settings, config: OperatorConfig, *, verbose: bool = 
         memo.reporter = asyncio.create_task(report_forever(memo.context, kw["crucible_pods"]))
         follower = EventFollower(memo.context.api, memo.context.changes, memo.context.loops.wake)
         memo.follower = asyncio.create_task(follower.follow())
+        memo.token_sweep = asyncio.create_task(run_tokens.revoke_left_behind(memo.context))
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: kopf.Memo, **_: Any) -> None:
         memo.reporter.cancel()
         memo.follower.cancel()
+        memo.token_sweep.cancel()
         await memo.context.kube.close()
         await memo.context.api.close()
 

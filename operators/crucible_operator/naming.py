@@ -2,6 +2,8 @@
 and the tests agree on them. The names other processes share (group, kinds, annotations,
 the run label) are `crucible.domain.resources`'s, re-exported here for the operator."""
 
+import re
+
 from crucible.domain.resources import (
     ANNOTATION_RUN_ID,
     GROUP,
@@ -61,3 +63,19 @@ def pod_name(run: str, attempt: int, rank: int) -> str:
 def service_name(run: str) -> str:
     """The headless Service of a multi-node run: pods are `<pod>.<run>.<namespace>.svc`."""
     return run
+
+
+# Each run's own API token (run_tokens.py): its name in the control plane, by which an
+# operator that restarted finds the tokens it minted (no column marks them), and the Secret
+# its pods read it from, under this one key. The chart's admission policy
+# (helm/crucible/templates/workload-token-policy.yaml) spells the Secret's pattern again.
+RUN_TOKEN_KEY = "token"  # noqa: S105 - a key name, not a secret
+RUN_TOKEN_NAME = re.compile(r"^kubernetes run (\d+)$")
+
+
+def run_token_name(run_id: int) -> str:
+    return f"kubernetes run {run_id}"
+
+
+def run_token_secret(run_id: int) -> str:
+    return f"crucible-run-{run_id}-token"

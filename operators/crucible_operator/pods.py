@@ -36,7 +36,9 @@ class PodOptions:
     """Operator-wide settings for the pods it creates."""
 
     api_url: str  # the control plane, as pods reach it
-    token_secret: str  # Secret (in the run's namespace) whose `token` key pods use
+    # Secret (in each namespace) whose `token` key served models' pods use; a run's pods
+    # read their run's own (naming.run_token_secret, run_tokens.py).
+    token_secret: str
     default_image: str  # for specs without `image`
     # Storage every pod, the workers and the API reach, one of two kinds; the run's
     # checkpoints and the files it publishes go under runs/<run id>/ of it, where the next
@@ -285,7 +287,12 @@ def build_pods(
         env_list.append(
             {
                 "name": "CRUCIBLE_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": options.token_secret, "key": "token"}},
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": naming.run_token_secret(attempt.run_id),
+                        "key": naming.RUN_TOKEN_KEY,
+                    }
+                },
             }
         )
         if generator is not None:

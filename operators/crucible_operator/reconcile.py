@@ -24,7 +24,7 @@ Kubernetes are cluster_writes.py's.
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from crucible.client import ApiError, calls
 from crucible.domain import reasons
 from crucible.domain.enums import Phase
 from crucible.schemas.runs import AttemptEnd, RunPublic
-from crucible_operator import cluster_writes, gang, outcome, pods, registration
+from crucible_operator import cluster_writes, gang, outcome, pods, registration, run_tokens
 from crucible_operator.context import OperatorContext
 from crucible_operator.facts import PodFacts, demand_of
 from crucible_operator.run_view import RunView
@@ -60,6 +60,7 @@ class Tracked:
     stopping: outcome.Outcome | None = None  # why we are stopping the open attempt
     scheduled: Condition | None = None
     last_phase: str = ""
+    tokens: run_tokens.RunTokens = field(default_factory=run_tokens.RunTokens)
 
 
 class Pass:
@@ -93,6 +94,15 @@ class Pass:
                 await self._load_attempts(run)
             delay = await self._step(run)
             run = await self.view.fresh()
+            if run.phase.is_terminal:
+                # Before the status write, which ends this loop (kopf stops it on a terminal
+                # phase); pods still stopping keep no use of the API for an ended run.
+                await run_tokens.retire(
+                    self.ctx,
+                    namespace=self.meta["namespace"],
+                    run_id=run.id,
+                    known=self.tracked.tokens,
+                )
             await self._write_status(run)
             return None if run.phase.is_terminal and self.tracked.open_attempt is None else delay
         finally:
@@ -181,9 +191,17 @@ class Pass:
                 if due > datetime.now(UTC):
                     return min(max((due - datetime.now(UTC)).total_seconds(), 0.1), POLL_WAITING)
         project = await registration.project_for(self.ctx, self.meta["namespace"])
-        await registration.ensure_token_secret(self.ctx, self.meta["namespace"], project)
+        maybe_minted = run_tokens.minted_before(run.phase, run.attempt_count)
         if run.phase is not Phase.Scheduling:
             await self.view.report(run, Phase.Scheduling, "", "creating the attempt's pods")
+        await run_tokens.issue(
+            self.ctx,
+            owner=self.owner,
+            run_id=run.id,
+            project=project,
+            known=self.tracked.tokens,
+            maybe_minted=maybe_minted,
+        )
         start = run.next_attempt_start()
         try:
             attempt = await self.ctx.call(calls.start_attempt(run.id, start))

@@ -480,7 +480,9 @@ def test_pods_of_a_multi_node_run() -> None:
     # No shared storage configured: the pod's own scratch, which its user can write.
     assert values["CRUCIBLE_CHECKPOINT_URI"] == "file:///workspace/checkpoints"
     assert "envFrom" not in first["spec"]["containers"][0]
-    assert values["CRUCIBLE_TOKEN"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
+    # The run's own token, not the namespace's (served models') Secret.
+    token = {"secretKeyRef": {"name": "crucible-run-7-token", "key": "token"}}
+    assert values["CRUCIBLE_TOKEN"] == token
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in first["spec"][
         "tolerations"
     ]
@@ -610,7 +612,8 @@ def test_a_code_package_is_unpacked_by_an_init_container_first_on_pythonpath() -
     # The init container reaches the API and the store as the workload does.
     init_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in init["env"]}
     assert init_env["CRUCIBLE_CODE_PACKAGE"] == "12"  # the id the control plane pinned
-    assert init_env["CRUCIBLE_TOKEN"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
+    token = {"secretKeyRef": {"name": "crucible-run-9-token", "key": "token"}}
+    assert init_env["CRUCIBLE_TOKEN"] == token
     assert init["envFrom"] == workload["envFrom"] == [{"secretRef": {"name": "s3"}}]
     assert "PYTHONPATH" not in init_env  # its imports never come from the package
     assert env(built)["PYTHONPATH"] == f"{pods.CODE_DIR}:/opt/extra"
