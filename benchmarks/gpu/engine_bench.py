@@ -33,12 +33,12 @@ from typing import Any
 import torch
 from common import bench_model, byte_corpus, out_dir, seconds_of, synchronize, write_result
 from rollout_bench import hf_tuned_mode
+from static_generator import fast_generator
 
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.params import SamplingParams
 from crucible.workloads.export import gpt2_config, gpt_to_gpt2_state
-from crucible.workloads.generate import fast_generator
 from crucible.workloads.model import GPT
 from crucible.workloads.tokenizer import ByteTokenizer
 

@@ -32,12 +32,12 @@ from dataclasses import replace
 from typing import Any
 
 from common import bench_model, byte_corpus, out_dir, seconds_of, write_result
+from static_generator import StaticGenerator, fast_generator
 
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
+from crucible.engine.models import bytes_per_block
 from crucible.engine.params import SamplingParams
-from crucible.engine.runner import bytes_per_block
-from crucible.workloads.generate import StaticGenerator, fast_generator
 from crucible.workloads.model import GPT
 from crucible.workloads.tokenizer import ByteTokenizer
 

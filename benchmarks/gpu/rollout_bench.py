@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 from common import out_dir, seconds_of, write_result
+from static_generator import StaticGenerator, fast_generator, sample_with_logprob
 from torch._dynamo.utils import counters
 
 from crucible.workloads.config import model_preset
-from crucible.workloads.generate import StaticGenerator, fast_generator, sample_with_logprob
 from crucible.workloads.model import build_model
 from crucible.workloads.rollout import generate
 

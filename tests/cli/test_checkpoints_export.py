@@ -11,6 +11,7 @@ import torch
 from crucible.artifacts.digest import content_of
 from crucible.sdk.checkpoint import CheckpointStore
 from crucible.workloads.jobs.checkpoints import model_spec_of
+from crucible.workloads.model_build import build_from_spec, build_tokenizer
 from crucible.workloads.model_spec import HFModelSource, ModelSpec
 from crucible.workloads.rollout import greedy_completions
 from crucible.workloads.train import model_only
@@ -25,12 +26,12 @@ def original_model(platform: Platform, checkpoint_id: int) -> tuple[Any, Any]:
     """The checkpoint's model and tokenizer, as the jobs load them."""
     record = platform.api.get_checkpoint(checkpoint_id)
     spec = model_spec_of(record, None)
-    model = spec.build(device=torch.device("cpu"))
+    model = build_from_spec(spec, device=torch.device("cpu"))
     state = model.state_dict()
     store = CheckpointStore(platform.api, run_id=record.run_id, attempt=None, base_uri=record.uri)
     store.load(model_only(state), None, checkpoint_id=checkpoint_id)
     model.load_state_dict(state)
-    return model.eval(), spec.build_tokenizer()
+    return model.eval(), build_tokenizer(spec)
 
 
 def test_export_writes_a_hf_directory_that_answers_the_same_and_registers_it(
@@ -52,7 +53,10 @@ def test_export_writes_a_hf_directory_that_answers_the_same_and_registers_it(
     assert not directory.with_name("sft-hf.partial").exists()
 
     spec = ModelSpec(hf=HFModelSource(path=str(directory)))
-    exported, tokenizer = spec.build(device=torch.device("cpu")).eval(), spec.build_tokenizer()
+    exported, tokenizer = (
+        build_from_spec(spec, device=torch.device("cpu")).eval(),
+        build_tokenizer(spec),
+    )
     original, original_tokenizer = original_model(platform, trained.checkpoint_id)
     prompts = PROMPTS[::7]
     assert [tokenizer.encode(p) for p in prompts] == [original_tokenizer.encode(p) for p in prompts]

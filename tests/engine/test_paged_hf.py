@@ -11,10 +11,9 @@ import torch
 from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine, RequestOutput
 from crucible.engine.params import SamplingParams
-from crucible.workloads.generate import Generation
 from crucible.workloads.hf_model import HFCausalLM, build_hf_model
 from crucible.workloads.model_spec import HFModelSource
-from crucible.workloads.rollout import generate
+from crucible.workloads.rollout import Generation, generate
 from crucible.workloads.tokenizer import ByteTokenizer
 from tests.workloads.test_hf_model import DECODER, SMALL
 

@@ -15,6 +15,7 @@ import torch
 from crucible.artifacts import storage
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import DatasetVersionCreate
+from crucible.workloads.model_build import build_from_spec, build_tokenizer
 from crucible.workloads.model_spec import HFModelSource, ModelSpec
 from crucible.workloads.records import write_jsonl
 from crucible.workloads.rollout import greedy_completions
@@ -143,7 +144,10 @@ def test_export_hf_publishes_the_final_checkpoint_as_a_model_artifact(
     directory = storage.local_path(artifact.uri)
     assert directory is not None and artifact.digest == content_of(directory).digest
     spec = ModelSpec(hf=HFModelSource(path=str(directory)))
-    exported, tokenizer = spec.build(device=torch.device("cpu")).eval(), spec.build_tokenizer()
+    exported, tokenizer = (
+        build_from_spec(spec, device=torch.device("cpu")).eval(),
+        build_tokenizer(spec),
+    )
     original, original_tokenizer = original_model(platform, final.id)
     prompts = [f"{i}+{i}=" for i in range(0, 40, 7)]
     ours = greedy_completions(original, original_tokenizer, prompts, max_new_tokens=3, batch_size=8)

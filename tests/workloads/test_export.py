@@ -17,6 +17,7 @@ from crucible.workloads.export import export_gpt, export_model
 from crucible.workloads.hf_model import HFCausalLM, HFModelSource, build_hf_model
 from crucible.workloads.hf_tokenizer import HFTokenizer
 from crucible.workloads.model import GPT, build_model
+from crucible.workloads.model_build import build_from_spec, build_tokenizer
 from crucible.workloads.model_spec import ModelSpec
 from crucible.workloads.rollout import greedy_completions
 from crucible.workloads.tokenizer import ByteTokenizer
@@ -82,7 +83,7 @@ def test_an_exported_model_loads_back_with_the_same_completions_and_ids(
     export_model(original, tokenizer, tmp_path / "export")
 
     spec = ModelSpec(hf=HFModelSource(path=str(tmp_path / "export")))
-    loaded, loaded_tokenizer = spec.build(), spec.build_tokenizer()
+    loaded, loaded_tokenizer = build_from_spec(spec), build_tokenizer(spec)
     specials = (loaded_tokenizer.BOS, loaded_tokenizer.EOS, loaded_tokenizer.PAD)
     assert specials == (tokenizer.BOS, tokenizer.EOS, tokenizer.PAD)
     for text in [*PROMPTS, *TEXTS]:

@@ -21,8 +21,9 @@ from crucible.engine.config import EngineConfig
 from crucible.engine.decode_batch import decode_batch
 from crucible.engine.decode_graphs import DecodeGraphs
 from crucible.engine.in_flight import InFlight
+from crucible.engine.models import build_runner, bytes_per_block
 from crucible.engine.params import InvalidParameter, SamplingParams
-from crucible.engine.runner import ForwardBatch, build_runner, bytes_per_block
+from crucible.engine.runner import ForwardBatch
 from crucible.engine.sampler import SamplingRows, sample
 from crucible.engine.scheduler import Plan, Scheduler
 from crucible.engine.sequence import FinishReason, Sequence, Status, TokenLogprob

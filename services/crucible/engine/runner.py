@@ -2,7 +2,8 @@
 
 The built-in GPT (`paged_gpt.py`) and Hugging Face models (`paged_hf.py`) each keep their
 keys and values in blocks of the engine's pool, addressed by the `ForwardBatch`'s slots and
-block tables; the engine never looks inside.
+block tables; the engine never looks inside. Which runner a model gets is `models.py`'s
+choice, so this contract imports no model.
 """
 
 from dataclasses import dataclass
@@ -10,9 +11,6 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
-
-from crucible.workloads.hf_model import HFCausalLM, LanguageModel
-from crucible.workloads.model import GPT
 
 
 @dataclass
@@ -57,28 +55,3 @@ class ModelRunner(Protocol):
     def forward(self, batch: ForwardBatch) -> Tensor:
         """(rows, vocab) logits of each row's last real token; keys and values written."""
         ...
-
-
-def bytes_per_block(model: LanguageModel, block_size: int) -> int:
-    """KV cache bytes one block takes for `model`."""
-    from crucible.engine.paged_gpt import PagedGPT
-
-    if isinstance(model, GPT):
-        return PagedGPT.bytes_per_block(model, block_size)
-    if isinstance(model, HFCausalLM):
-        from crucible.engine.paged_hf import PagedHF  # imports transformers: only when needed
-
-        return PagedHF.bytes_per_block(model, block_size)
-    raise NotImplementedError(f"no paged runner for {type(model).__name__} yet")
-
-
-def build_runner(model: LanguageModel, *, num_blocks: int, block_size: int) -> ModelRunner:
-    from crucible.engine.paged_gpt import PagedGPT
-
-    if isinstance(model, GPT):
-        return PagedGPT(model, num_blocks=num_blocks, block_size=block_size)
-    if isinstance(model, HFCausalLM):
-        from crucible.engine.paged_hf import PagedHF  # imports transformers: only when needed
-
-        return PagedHF(model, num_blocks=num_blocks, block_size=block_size)
-    raise NotImplementedError(f"no paged runner for {type(model).__name__} yet")

@@ -19,28 +19,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-_MIX_1 = 0xFF51AFD7ED558CCD - 2**64
-_MIX_2 = 0xC4CEB9FE1A85EC53 - 2**64
-_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-_LOW_31 = (1 << 31) - 1
+from crucible.engine.sampler_hash import GOLDEN, LOW_31, MIX_1, MIX_2
 
 
 def _mix(x: Tensor) -> Tensor:
     """MurmurHash3's 64-bit finalizer on int64 (wrapping multiplies; the masks make the
     arithmetic right shift a logical one)."""
-    x = x ^ ((x >> 33) & _LOW_31)
-    x = x * _MIX_1
-    x = x ^ ((x >> 33) & _LOW_31)
-    x = x * _MIX_2
-    return x ^ ((x >> 33) & _LOW_31)
+    x = x ^ ((x >> 33) & LOW_31)
+    x = x * MIX_1
+    x = x ^ ((x >> 33) & LOW_31)
+    x = x * MIX_2
+    return x ^ ((x >> 33) & LOW_31)
 
 
 def exponential_noise(seeds: Tensor, positions: Tensor, vocab_size: int) -> Tensor:
     """(rows, vocab) Exp(1) draws, a pure function of each row's (seed, position) and the
     token id."""
-    row_key = _mix(seeds * _GOLDEN + positions)
+    row_key = _mix(seeds * GOLDEN + positions)
     token = torch.arange(vocab_size, device=seeds.device, dtype=torch.long)
-    bits = _mix(row_key[:, None] ^ (token[None, :] * _GOLDEN))
+    bits = _mix(row_key[:, None] ^ (token[None, :] * GOLDEN))
     # 24 random bits, centred in their interval: uniform on (0, 1), never 0. In float32 the
     # top values round (from 2**23 up, to even), and the very top one to 1.0: its E is -0.0,
     # p / E is -inf, and that token (a 2**-24 chance each) is never drawn. A bias far below

@@ -14,13 +14,13 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from crucible.engine import sampler
+from crucible.engine import sampler_hash
 
-# The hash's constants are spelled once, in sampler.py, as the int64 its tensors hold;
-# the kernel works in uint64, whose wrapping multiply and logical shift are the same bits.
-_MIX_1 = tl.constexpr(sampler._MIX_1 % 2**64)
-_MIX_2 = tl.constexpr(sampler._MIX_2 % 2**64)
-_GOLDEN = tl.constexpr(sampler._GOLDEN % 2**64)
+# The hash's constants are spelled once, in sampler_hash.py, as the int64 torch's tensors
+# hold; the kernel works in uint64, whose wrapping multiply and logical shift are the same bits.
+_MIX_1 = tl.constexpr(sampler_hash.MIX_1 % 2**64)
+_MIX_2 = tl.constexpr(sampler_hash.MIX_2 % 2**64)
+_GOLDEN = tl.constexpr(sampler_hash.GOLDEN % 2**64)
 _TWO_TO_MINUS_24 = tl.constexpr(2.0**-24)
 
 # Tokens a program takes per step of its loop over the vocabulary, and the warps sharing

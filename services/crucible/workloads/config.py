@@ -60,6 +60,10 @@ def model_preset(name: str, **overrides: int) -> ModelConfig:
     return replace(preset, **overrides)
 
 
+TASK_OPERATORS = ("+", "-", "*")
+"""The arithmetic task's operators."""
+
+
 @dataclass(frozen=True)
 class TaskConfig:
     """The built-in arithmetic task."""
@@ -72,6 +76,17 @@ class TaskConfig:
 
     held_out_fraction: float = 0.2
     """Share of all possible problems reserved for evaluation, never trained on."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.operators) - set(TASK_OPERATORS)
+        if unknown or not self.operators:
+            raise ValueError(
+                f"operators={self.operators!r} must be a non-empty subset of {TASK_OPERATORS}"
+            )
+        if self.digits < 1:
+            raise ValueError(f"digits={self.digits} must be at least 1")
+        if not 0.0 < self.held_out_fraction < 1.0:
+            raise ValueError(f"held_out_fraction={self.held_out_fraction} must be between 0 and 1")
 
 
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")

@@ -4,7 +4,8 @@ GPT of a shape (`ModelConfig`) with the byte tokenizer, or a Hugging Face causal
 
 A `ModelSpec` is also what a trainer checkpoint records in its meta (`to_meta`), so that
 rollouts, evals and the next training stage rebuild the same model (`from_meta`) and load
-the checkpoint's weights into it.
+the checkpoint's weights into it. Building what a spec names is `models/build.py`'s: a spec
+is plain data, read by the control plane and the jobs' config checks without torch.
 """
 
 from __future__ import annotations
@@ -12,16 +13,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crucible.workloads.config import ModelConfig
-
-if TYPE_CHECKING:
-    import torch
-
-    from crucible.workloads.hf_model import LanguageModel
-    from crucible.workloads.tokenizer import Tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 """What a Hugging Face model directory must hold besides config.json (safetensors only: a
@@ -75,48 +69,6 @@ class ModelSpec:
         if self.hf is None:
             return "the built-in GPT"
         return f"Hugging Face {self.hf.path or self.hf.architecture}"
-
-    def build(self, *, device: torch.device | str = "cpu") -> LanguageModel:
-        """The model with fresh weights (random, or the directory's)."""
-        if self.gpt is not None:
-            from crucible.workloads.model import build_model
-
-            return build_model(self.gpt, device=device)
-        from crucible.workloads.hf_model import build_hf_model
-
-        assert self.hf is not None
-        return build_hf_model(self.hf, device=device)
-
-    def build_tokenizer(self) -> Tokenizer:
-        """The tokenizer, checked to fit the model's embedding."""
-        from crucible.workloads.tokenizer import ByteTokenizer
-
-        directory = self.tokenizer or (self.hf.path if self.hf is not None else None)
-        if directory is None:
-            return ByteTokenizer()
-        from crucible.workloads.hf_model import hf_config
-        from crucible.workloads.hf_tokenizer import HFTokenizer
-
-        tokenizer = HFTokenizer.from_directory(Path(directory))
-        if self.hf is not None:
-            tokenizer.check_fits(int(hf_config(self.hf).vocab_size), model=self.name)
-        elif self.gpt is not None:
-            tokenizer.check_fits(self.gpt.vocab_size, model=self.name)
-        return tokenizer
-
-    def state_template(self) -> dict[str, torch.Tensor]:
-        """Empty CPU tensors shaped like the model's state dict, for DCP to load into,
-        without initialising a model."""
-        import torch
-
-        with torch.device("meta"):
-            if self.hf is not None:  # the shapes only: no weights read from a directory
-                from crucible.workloads.hf_model import build_hf_model
-
-                shapes = build_hf_model(self.hf, device="meta", weights=False).state_dict()
-            else:
-                shapes = self.build(device="meta").state_dict()
-        return {k: torch.empty(v.shape, dtype=v.dtype) for k, v in shapes.items()}
 
     def to_meta(self) -> dict[str, Any]:
         """The checkpoint meta's `model`: the GPT's fields, or `{"hf": ..., "tokenizer": ...}`."""

@@ -15,10 +15,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from crucible.workloads.config import RolloutConfig
-from crucible.workloads.generate import Generation
 from crucible.workloads.hf_model import LanguageModel
 from crucible.workloads.records import write_jsonl
 from crucible.workloads.tokenizer import Tokenizer
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]
+    """Generated ids per row, EOS included when the row ended with it."""
+
+    logprobs: list[list[float]]
+    """Per generated token: its logprob under the model's own distribution (temperature 1,
+    no top-p), which is what the RL trainer recomputes for the ratio."""
+
 
 RewardFn = Callable[[str, str], float]
 """(prompt, completion) -> reward."""

@@ -33,6 +33,7 @@ from crucible.workloads.config import DataConfig, ModelConfig, TrainConfig
 from crucible.workloads.data import Batch, Row, collate_rows
 from crucible.workloads.flops import StepFlops, bf16_peak_flops
 from crucible.workloads.hf_model import LanguageModel
+from crucible.workloads.model_build import build_from_spec, build_tokenizer
 from crucible.workloads.model_spec import ModelSpec, as_model_spec
 from crucible.workloads.parallelize import (
     apply_activation_checkpointing,
@@ -101,11 +102,11 @@ class Trainer:
         seed_everything(config.seed)
 
         self.model_spec = as_model_spec(model)
-        self.tokenizer = self.model_spec.build_tokenizer()
+        self.tokenizer = build_tokenizer(self.model_spec)
 
         if config.mode == "rl" and init_model_state is None:
             raise ValueError("RL mode starts from a policy: pass the SFT checkpoint's weights")
-        self.raw_model = self.model_spec.build(device=self.device)
+        self.raw_model = build_from_spec(self.model_spec, device=self.device)
         # Counted before fp8 swaps the Linear layers; the peak is the MFU's denominator.
         self.step_flops = StepFlops(self.raw_model)
         self.peak_flops = bf16_peak_flops(self.device)

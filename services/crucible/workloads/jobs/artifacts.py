@@ -10,7 +10,7 @@ read exactly that artifact wherever they run, even after a newer one took the na
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from crucible.domain.artifact_refs import ARTIFACT_SCHEME
 from crucible.workloads.jobs.config import ConfigError
@@ -18,7 +18,14 @@ from crucible.workloads.model_spec import ModelSpec
 
 if TYPE_CHECKING:
     from crucible.sdk.artifacts import InputArtifact
-    from crucible.workloads.jobs.checkpoints import CheckpointSource
+
+
+class ArtifactSource(Protocol):
+    """What artifacts are read through: a `crucible.sdk.Run` (which records them as the
+    run's inputs) or a checkpoint reader (`checkpoints.CheckpointSource`)."""
+
+    def input_artifact(self, ref: str) -> "InputArtifact": ...
+
 
 Fetch = Callable[[str], "InputArtifact"]
 """An artifact's id or name -> the artifact and its verified local files."""
@@ -33,7 +40,7 @@ class ResolvedModel:
     """What the checkpoint meta records: each reference by the artifact's id."""
 
 
-def run_fetch(run: "CheckpointSource", pinned: Mapping[str, int]) -> Fetch:
+def run_fetch(run: ArtifactSource, pinned: Mapping[str, int]) -> Fetch:
     """Artifacts as a run reads them: the one the control plane pinned for a reference (else
     the reference as it stands), verified and recorded as an input."""
     return lambda ref: run.input_artifact(str(pinned.get(ref, ref)))

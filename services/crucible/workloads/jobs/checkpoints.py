@@ -66,11 +66,12 @@ def checked_tokenizer(spec: ModelSpec) -> "Tokenizer":
     any weights are read."""
     from crucible.workloads.hf_model import hf_config
     from crucible.workloads.hf_tokenizer import TokenizerError
+    from crucible.workloads.model_build import build_tokenizer
 
     try:
         if spec.hf is not None:
             hf_config(spec.hf)
-        return spec.build_tokenizer()
+        return build_tokenizer(spec)
     except (ModelSourceError, TokenizerError) as exc:
         raise ConfigError(f"config.model: {exc}") from None
 
@@ -95,12 +96,13 @@ def load_model(
     """The model of a registered trainer checkpoint (rebuilt from its meta) in eval mode,
     its tokenizer, and the checkpoint."""
     from crucible.workloads.jobs.artifacts import resolve_model, run_fetch
+    from crucible.workloads.model_build import build_from_spec
 
     record = run.get_checkpoint(checkpoint_id)
     # The meta names artifacts by id, which is what the run reads.
     spec = resolve_model(model_spec_of(record, fallback), run_fetch(run, {})).local
     tokenizer = checked_tokenizer(spec)
-    model = spec.build(device=device)
+    model = build_from_spec(spec, device=device)
     state = model.state_dict()
     load_weights(run, record, state)
     model.load_state_dict(state)

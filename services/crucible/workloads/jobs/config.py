@@ -31,7 +31,6 @@ from crucible.workloads.config import (
     model_preset,
 )
 from crucible.workloads.model_spec import HFModelSource, ModelSourceError, ModelSpec
-from crucible.workloads.tasks.arithmetic import ArithmeticTask
 
 DEFAULT_PRESET = "tiny"
 """The model preset when `config.model` names none."""
@@ -406,10 +405,6 @@ def build_model_spec(section: BaseModel, where: str) -> ModelSpec:
 def build_task(fields: Mapping[str, Any], where: str) -> TaskConfig:
     """The task of `fields`, refused (naming `where`) unless the task can draw from it."""
     task: TaskConfig = _build(TaskConfig, where, fields)
-    try:
-        ArithmeticTask(task)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
     return task
 
 

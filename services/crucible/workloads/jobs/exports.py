@@ -130,10 +130,11 @@ def write_export(
     import torch
 
     from crucible.workloads.export import export_model
+    from crucible.workloads.model_build import build_from_spec
 
     # DCP says so on every load outside a process group; one process is the point here.
     warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
-    model = spec.build(device=torch.device("cpu"))
+    model = build_from_spec(spec, device=torch.device("cpu"))
     state = model.state_dict()
     load(state, record)
     model.load_state_dict(state)

@@ -37,6 +37,7 @@ from crucible.workloads.jobs.checkpoints import (
 from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.jobs.env import read_env
 from crucible.workloads.jobs.process import run_job, setup_torch
+from crucible.workloads.model_build import build_from_spec
 
 if TYPE_CHECKING:
     from crucible.agents.generator_endpoints import Endpoint
@@ -102,7 +103,7 @@ def online_rl() -> None:
     resolved = resolve_model(model_spec, run_fetch(run, env.inputs.artifacts))
     tokenizer = checked_tokenizer(resolved.local)
     torch.manual_seed(job.rl.seed)
-    model = resolved.local.build(device=torch_setup.device)
+    model = build_from_spec(resolved.local, device=torch_setup.device)
     if record is not None:
         weights = model.state_dict()
         load_weights(run, record, weights)

@@ -29,6 +29,7 @@ from crucible.workloads.jobs.config import ConfigError
 from crucible.workloads.jobs.datasets import input_files, read_records, require_fields
 from crucible.workloads.jobs.env import JobEnv, read_env
 from crucible.workloads.jobs.process import run_job, setup_torch
+from crucible.workloads.model_build import state_template
 from crucible.workloads.model_spec import ModelSpec
 from crucible.workloads.records import DataError, RecordSource
 from crucible.workloads.train_data import open_files
@@ -80,7 +81,7 @@ def train() -> None:
     checked_tokenizer(local_spec)  # a model or tokenizer that cannot be used exits 2 here
     init_state = None
     if record is not None:
-        init_state = local_spec.state_template()
+        init_state = state_template(local_spec)
         load_weights(run, record, init_state)
         if torch_setup.rank == 0:
             log.info(

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
-from crucible.workloads.config import TaskConfig
+from crucible.workloads.config import TASK_OPERATORS, TaskConfig
 
 Split = Literal["train", "held_out"]
 
-OPERATORS = ("+", "-", "*")
+OPERATORS = TASK_OPERATORS
 _PROMPT = re.compile(r"^(\d+)([+\-*])(\d+)=$")
 
 
@@ -62,17 +62,7 @@ def exact_match_reward(prompt: str, completion: str) -> float:
 
 class ArithmeticTask:
     def __init__(self, config: TaskConfig) -> None:
-        unknown = set(config.operators) - set(OPERATORS)
-        if unknown or not config.operators:
-            raise ValueError(
-                f"operators={config.operators!r} must be a non-empty subset of {OPERATORS}"
-            )
-        if config.digits < 1:
-            raise ValueError(f"digits={config.digits} must be at least 1")
-        if not 0.0 < config.held_out_fraction < 1.0:
-            raise ValueError(
-                f"held_out_fraction={config.held_out_fraction} must be between 0 and 1"
-            )
+        # TaskConfig checked its own values: any TaskConfig can draw.
         self.config = config
         self._limit = int(10**config.digits)
 

@@ -1,11 +1,17 @@
-"""The static-KV-cache generator: token for token the uncached path's greedy output on CPU."""
+"""The static-KV-cache generator (benchmarks/gpu/static_generator.py, the rollout benchmark's
+baseline): token for token the uncached path's greedy output on CPU."""
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from crucible.workloads.generate import StaticGenerator, top_p_mask
 from crucible.workloads.rollout import generate
 from crucible.workloads.tokenizer import ByteTokenizer
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks" / "gpu"))
+from static_generator import StaticGenerator, top_p_mask
 
 TOK = ByteTokenizer()
 PROMPTS = ["1+2=", "37+58=", "9*9=", "123-4=", "7="]

@@ -1,4 +1,5 @@
-"""Fast batched generation: a static KV cache and a fixed-shape decode step, replayed as a
+"""The rollout job's generator before the serving engine took its place, kept as the
+baseline `rollout_bench.py` measures: a static KV cache and a fixed-shape decode step, replayed as a
 CUDA graph on the GPU.
 
 `rollout.generate` grows its tensors every step (fine for correctness, slow at scale: each
@@ -15,7 +16,6 @@ tokens are dropped from the result, as `rollout.generate` never produces them.
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from crucible.workloads.model import GPT, Block
+from crucible.workloads.rollout import Generation
 
 TopPMethod = Literal["sort", "bisect"]
 TOP_P_BISECTION_STEPS = 32
@@ -33,16 +34,6 @@ LARGE_BATCH = 128
 """From this many rows `fast_generator` compiles the sampling and bisects the nucleus: that
 pays only at large batches, while at small ones the three ways come out alike
 (benchmarks/gpu/README.md has the sampling measurements)."""
-
-
-@dataclass
-class Generation:
-    tokens: list[list[int]]
-    """Generated ids per row, EOS included when the row ended with it."""
-
-    logprobs: list[list[float]]
-    """Per generated token: its logprob under the model's own distribution (temperature 1,
-    no top-p), which is what the RL trainer recomputes for the ratio."""
 
 
 def top_p_mask(probs: Tensor, top_p: float, method: TopPMethod = "sort") -> Tensor:
