@@ -1,12 +1,12 @@
-"""The benchmark tables of README.md, written from the results files in benchmarks/results/.
+"""The benchmark tables of docs/status.md, written from the results files in benchmarks/results/.
 
-Each table sits in README.md between `<!-- benchmarks:NAME begin ... -->` and
+Each table sits in docs/status.md between `<!-- benchmarks:NAME begin ... -->` and
 `<!-- benchmarks:NAME end -->`; this script rewrites those blocks and nothing else. Every row
 is defined once below: its label, its target, the results file and JSON paths of its values,
 how they are written, and how met or missed follows from them. A figure that no results file
 holds has no row here.
 
-    .venv/bin/python -m benchmarks.readme_tables            # rewrite README.md's tables
+    .venv/bin/python -m benchmarks.readme_tables            # rewrite docs/status.md's tables
     .venv/bin/python -m benchmarks.readme_tables --check    # exit 1 and show a diff if stale
 
 Paths: `a.b` reads a key, `a[2]` an element, `a[*]` every element, `a[k=v,k2=v2]` every
@@ -15,7 +15,7 @@ matching value of a dict; after any of the last three the path yields a list.
 `other.json:path` reads another results file than the row's own.
 """
 
-# The README writes multiplication signs and en dashes, so the strings that render it do.
+# docs/status.md writes multiplication signs and en dashes, so the strings that render it do.
 # ruff: noqa: RUF001, RUF002
 
 import argparse
@@ -34,7 +34,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-README = ROOT / "README.md"
+STATUS = ROOT / "docs" / "status.md"
 
 Values = Mapping[str, Any]
 Cell = str | Callable[[Values], str]
@@ -1085,7 +1085,7 @@ _STEP = re.compile(r"\.?([^.\[\]]+)|\[([^\]]*)\]")
 
 
 class ResultsError(Exception):
-    """A results file or README.md is not what the rows expect."""
+    """A results file or the page of the tables is not what the rows expect."""
 
 
 def resolve(document: Any, path: str) -> Any:
@@ -1174,7 +1174,7 @@ def files_read(tables: Iterable[Table] = TABLES) -> set[str]:
     return names
 
 
-# --- README.md ---------------------------------------------------------------------------
+# --- docs/status.md ---------------------------------------------------------------------
 
 
 def _begin(name: str) -> str:
@@ -1198,30 +1198,30 @@ def render_table(table: Table, results: Results) -> str:
     return "\n".join(lines)
 
 
-def render(readme: str, results_dir: Path, tables: Sequence[Table] = TABLES) -> str:
-    """`readme` with each table's block rewritten from the files in `results_dir`."""
+def render(page: str, results_dir: Path, tables: Sequence[Table] = TABLES) -> str:
+    """`page` with each table's block rewritten from the files in `results_dir`."""
     results = Results(results_dir)
     known = {t.name for t in tables}
-    found = set(re.findall(r"<!-- benchmarks:([\w-]+) begin", readme))
+    found = set(re.findall(r"<!-- benchmarks:([\w-]+) begin", page))
     if found - known:
         raise ResultsError(
-            f"README.md has blocks for tables this script does not define: {sorted(found - known)}"
+            f"the page has blocks for tables this script does not define: {sorted(found - known)}"
         )
     for table in tables:
         block = re.compile(
             rf"<!-- benchmarks:{table.name} begin[^>]*-->.*?{re.escape(_end(table.name))}",
             re.DOTALL,
         )
-        matches = list(block.finditer(readme))
+        matches = list(block.finditer(page))
         if len(matches) != 1:
             raise ResultsError(
-                f"README.md has {len(matches)} `benchmarks:{table.name}` blocks, not 1: put "
+                f"the page has {len(matches)} `benchmarks:{table.name}` blocks, not 1: put "
                 f"one pair of {_begin(table.name)!r} and {_end(table.name)!r} lines where the "
                 "table goes"
             )
         text = f"{_begin(table.name)}\n{render_table(table, results)}\n{_end(table.name)}"
-        readme = readme[: matches[0].start()] + text + readme[matches[0].end() :]
-    return readme
+        page = page[: matches[0].start()] + text + page[matches[0].end() :]
+    return page
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1230,9 +1230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check", action="store_true", help="change nothing; exit 1 with a diff if stale"
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="the results directory")
-    parser.add_argument("--readme", type=Path, default=README, help="the README to write")
+    parser.add_argument("--page", type=Path, default=STATUS, help="the page to write")
     args = parser.parse_args(argv)
-    current = args.readme.read_text()
+    current = args.page.read_text()
     try:
         wanted = render(current, args.results)
     except ResultsError as e:
@@ -1245,17 +1245,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             difflib.unified_diff(
                 current.splitlines(keepends=True),
                 wanted.splitlines(keepends=True),
-                f"{args.readme} (as it is)",
-                f"{args.readme} (from {args.results})",
+                f"{args.page} (as it is)",
+                f"{args.page} (from {args.results})",
             )
         )
         print(
-            f"{args.readme} differs from its results files: run "
+            f"{args.page} differs from its results files: run "
             "`.venv/bin/python -m benchmarks.readme_tables`",
             file=sys.stderr,
         )
         return 1
-    args.readme.write_text(wanted)
+    args.page.write_text(wanted)
     return 0
 
 
