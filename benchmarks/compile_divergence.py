@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 from benchmarks.demo_loop import torch_cpu_machine
 from train_job_bench import text_records
 
-from crucible.workloads.config import TrainConfig
-from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.train import Trainer
+from crucible.config.model_source import HFModelSource, ModelSpec
+from crucible.config.workload import TrainConfig
+from crucible.training.train import Trainer
 
 LLAMA = {
     "hidden_size": 256,

@@ -31,10 +31,10 @@ DEMO_RECORDS = 40_000
 
 def child(path: Path, kind: str, steps: int) -> None:
     """One sample, in this process: print a JSON line with the peak RSS and the rates."""
-    from crucible.workloads.config import DataConfig, TrainConfig, model_preset
-    from crucible.workloads.records import read_jsonl
-    from crucible.workloads.train import Trainer
-    from crucible.workloads.train_data import open_files
+    from crucible.config.workload import DataConfig, TrainConfig, model_preset
+    from crucible.training.records import read_jsonl
+    from crucible.training.train import Trainer
+    from crucible.training.train_data import open_files
 
     started = time.perf_counter()
     data = DataConfig(shape="prompt_completion")

@@ -137,11 +137,11 @@ def child(ref: str) -> dict[str, Any]:
     import pyarrow.parquet  # noqa: F401  (open_files imports it on first use)
 
     import crucible
+    from crucible.config.workload import DataConfig
+    from crucible.jobs.datasets import input_files
     from crucible.sdk import datasets
-    from crucible.workloads.config import DataConfig
-    from crucible.workloads.jobs.datasets import input_files
-    from crucible.workloads.records import ShuffledRecords
-    from crucible.workloads.train_data import open_files
+    from crucible.training.records import ShuffledRecords
+    from crucible.training.train_data import open_files
 
     spent: dict[str, float] = {}
     timed(datasets, "_download", spent)  # S3 only: the whole file into the cache

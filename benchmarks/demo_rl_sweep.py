@@ -13,18 +13,18 @@ import time
 sys.path.insert(0, "services")
 import torch
 
-from crucible.workloads.config import (
+from crucible.config.workload import (
     EvalConfig,
     RolloutConfig,
     TaskConfig,
     TrainConfig,
     model_preset,
 )
-from crucible.workloads.datagen import teach
-from crucible.workloads.evaluate import evaluate
-from crucible.workloads.rollout import per_sample, rollout
-from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher, exact_match_reward
-from crucible.workloads.train import Trainer
+from crucible.rollouts.datagen import teach
+from crucible.rollouts.evaluate import evaluate
+from crucible.rollouts.rollout import per_sample, rollout
+from crucible.tasks.arithmetic import ArithmeticTask, SolverTeacher, exact_match_reward
+from crucible.training.train import Trainer
 
 dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 task = ArithmeticTask(TaskConfig(digits=2))

@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import SamplingParams
+from crucible.config.workload import model_preset
 from crucible.engine.engine import Engine
-from crucible.engine.params import SamplingParams
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
 
 PRESETS = ("small", "124M")
 PROMPTS = 64

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from tests.agents.online_runs import DIGITS_ROUNDS, GUESSING_ROUNDS, digits_run, guessing
 
-from crucible.agents.health import RoundHealth
+from crucible.online_rl.health import RoundHealth
 
 SEEDS = range(11)
 RESULTS = Path(__file__).parent / "results" / "online_learning_seeds.json"

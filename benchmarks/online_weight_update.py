@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from crucible.agents.generator import Generator
 from crucible.agents.loading import load_environment
 from crucible.agents.policy import PolicyVersion
-from crucible.agents.remote_generator import RemoteGenerator
 from crucible.agents.sandbox import Sandbox
-from crucible.agents.settings import EpisodeConfig
-from crucible.engine.config import EngineConfig
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.engine import EngineConfig
+from crucible.config.online_rl import EpisodeConfig
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.generator import Generator
+from crucible.online_rl.remote_generator import RemoteGenerator
 
 PRESETS = ("tiny", "small", "124M")
 SAMPLES = 5

@@ -9,7 +9,7 @@ eviction takes to turn into a running next attempt (issue 20's numbers).
     .venv/bin/python -m benchmarks.real_node loop       # examples/kubernetes/loop.yaml
 
 `startup`: TrainingRuns applied one at a time, each one pod running `python -c "import
-crucible.workloads.train"` (the reference workload's imports, PyTorch among them, then
+crucible.training.train"` (the reference workload's imports, PyTorch among them, then
 exit 0). Timed from `kubectl apply` returning, by polling the pod every 50 ms: the pod
 created (the operator), bound (the scheduler), its container running (the sandbox, CNI and
 the container started by containerd and runc: the image is already on the node, imported
@@ -118,7 +118,7 @@ def training_run(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
 
 def startup(stack: Stack, namespace: str, runs: int) -> dict[str, Any]:
     created, scheduled, running, succeeded = [], [], [], []
-    command = ["python", "-c", "import crucible.workloads.train"]
+    command = ["python", "-c", "import crucible.training.train"]
     for i in range(runs):
         name, pod = f"start-{i}", f"start-{i}-a1-0"
         h.apply(training_run(name, namespace, command=command))

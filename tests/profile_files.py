@@ -5,7 +5,7 @@ import gzip
 import json
 from pathlib import Path
 
-from crucible.workloads.profile_summary import FORWARD_BACKWARD_ANNOTATION, summarize_trace
+from crucible.training.profile_summary import FORWARD_BACKWARD_ANNOTATION, summarize_trace
 
 TRACE = {
     "traceEvents": [

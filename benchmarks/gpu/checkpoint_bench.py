@@ -31,9 +31,9 @@ import torch
 from common import out_dir, write_result
 
 from crucible.artifacts import storage
+from crucible.config.workload import TrainConfig, model_preset
 from crucible.sdk.checkpoint import CheckpointStore, RunCheckpointer, checkpoint_name
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.train import Trainer
+from crucible.training.train import Trainer
 
 TARGET_BLOCKED_S = 1.0
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "services"))
 
 import torch  # noqa: E402
 
-from crucible.workloads.config import model_preset  # noqa: E402
+from crucible.config.workload import model_preset  # noqa: E402
 
 PEAK_BF16_FLOPS = 989e12
 """H100/H200 SXM dense bf16 tensor-core peak, the MFU denominator the issue fixes."""
@@ -96,7 +96,7 @@ def seconds_of(fn: Callable[[], Any]) -> tuple[float, Any]:
 def bench_model(preset: str, device: str) -> Any:
     """The built-in GPT of `preset` with fresh weights from seed 0, in bf16 on CUDA, in
     eval mode: the model the generation benchmarks measure."""
-    from crucible.workloads.model import build_model
+    from crucible.models.gpt import build_model
 
     torch.manual_seed(0)
     model = build_model(model_preset(preset), device=device)

@@ -35,12 +35,12 @@ from common import bench_model, byte_corpus, out_dir, seconds_of, synchronize, w
 from rollout_bench import hf_tuned_mode
 from static_generator import fast_generator
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import SamplingParams
 from crucible.engine.engine import Engine
-from crucible.engine.params import SamplingParams
-from crucible.workloads.export import gpt2_config, gpt_to_gpt2_state
-from crucible.workloads.model import GPT
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import GPT
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.training.export import gpt2_config, gpt_to_gpt2_state
 
 BLOCK_SIZE = 16
 SYSTEMS = ("static", "engine", "hf_default", "hf_tuned")

@@ -25,13 +25,13 @@ from typing import Any
 import torch
 from common import out_dir, write_result
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import SamplingParams
+from crucible.config.workload import model_preset
 from crucible.engine.engine import Engine
-from crucible.engine.params import SamplingParams
 from crucible.engine.sampler import SamplingRows, sample
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
 
 
 def paths_agree(device: str) -> dict[str, Any]:

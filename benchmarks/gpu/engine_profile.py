@@ -13,13 +13,13 @@ from common import out_dir
 from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import SamplingParams
+from crucible.config.workload import model_preset
 from crucible.engine.engine import Engine
 from crucible.engine.paged_attention import decode_attention
-from crucible.engine.params import SamplingParams
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
 
 
 def attention_alone(batch: int, context: int, heads: int, head_dim: int) -> str:

@@ -34,12 +34,12 @@ from typing import Any
 from common import bench_model, byte_corpus, out_dir, seconds_of, write_result
 from static_generator import StaticGenerator, fast_generator
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import SamplingParams
 from crucible.engine.engine import Engine
 from crucible.engine.models import bytes_per_block
-from crucible.engine.params import SamplingParams
-from crucible.workloads.model import GPT
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import GPT
+from crucible.models.tokenizer import ByteTokenizer
 
 BLOCK_SIZE = 16
 PARTS = ("mixed", "prefix")

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 from common import median_train_step_s, write_result
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.fp8 import convert_to_float8
-from crucible.workloads.fp8_scaled import ScaledFloat8Linear, convert_to_scaled_float8
-from crucible.workloads.model import build_model
-from crucible.workloads.numerics.fp8_scaling import quantize
-from crucible.workloads.numerics.scaled_matmul import SUPPORTED, scaled_matmul
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.training.precision.fp8 import convert_to_float8
+from crucible.training.precision.fp8_scaled import ScaledFloat8Linear, convert_to_scaled_float8
+from crucible.training.precision.fp8_scaling import quantize
+from crucible.training.precision.scaled_matmul import SUPPORTED, scaled_matmul
 
 
 def wide(shape: tuple[int, int], seed: int) -> torch.Tensor:

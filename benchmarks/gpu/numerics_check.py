@@ -31,19 +31,19 @@ from typing import Any
 import torch
 from common import median_train_step_s, write_result
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.numerics import counter_rng
-from crucible.workloads.numerics.emulated_linear import block_scaled_gemm, convert_to_emulated
-from crucible.workloads.numerics.mxfp8 import quantize_mxfp8
-from crucible.workloads.numerics.nvfp4 import quantize_nvfp4
-from crucible.workloads.numerics.recipes import (
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.training.precision import counter_rng
+from crucible.training.precision.emulated_linear import block_scaled_gemm, convert_to_emulated
+from crucible.training.precision.mxfp8 import quantize_mxfp8
+from crucible.training.precision.nvfp4 import quantize_nvfp4
+from crucible.training.precision.recipes import (
     MXFP8Recipe,
     NVFP4Recipe,
     OperandQuantizer,
     QuantizedOperand,
 )
-from crucible.workloads.numerics.telemetry import OPERANDS
+from crucible.training.precision.telemetry import OPERANDS
 
 
 def samples(seed: int) -> dict[str, torch.Tensor]:

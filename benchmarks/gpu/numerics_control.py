@@ -33,13 +33,13 @@ import torch
 from common import out_dir, write_result
 from train_job_bench import LLAMA_150M, LLAMA_TINY, text_records
 
-from crucible.workloads.config import DataConfig, TrainConfig
-from crucible.workloads.data import collate_rows
-from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.numerics.recipes import OperandQuantizer, QuantizedOperand
-from crucible.workloads.numerics.telemetry import STATS
-from crucible.workloads.train import Trainer, _rows
-from crucible.workloads.train_data import build_train_data
+from crucible.config.model_source import HFModelSource, ModelSpec
+from crucible.config.workload import DataConfig, TrainConfig
+from crucible.training.data import collate_rows
+from crucible.training.precision.recipes import OperandQuantizer, QuantizedOperand
+from crucible.training.precision.telemetry import STATS
+from crucible.training.train import Trainer, _rows
+from crucible.training.train_data import build_train_data
 
 ARMS = {
     "bf16": {"precision": "bf16", "compile": False},

@@ -44,18 +44,18 @@ from typing import Any
 import torch
 from common import out_dir, synchronize, write_result
 
-from crucible.agents.generator import Generator, weights_snapshot
 from crucible.agents.loading import load_environment
-from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
-from crucible.agents.remote_generator import RemoteGenerator
 from crucible.agents.sandbox import Sandbox
-from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.online_rl import EpisodeConfig, OnlineRLConfig
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.generator import Generator, weights_snapshot
+from crucible.online_rl.loop import OnlineRL
+from crucible.online_rl.remote_generator import RemoteGenerator
 from crucible.sdk.gpu_telemetry import GpuReading, GpuSampler, NvmlGpus, busy_share
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
 
 STALENESS = (0, 1, 2)
 GROUP = 16

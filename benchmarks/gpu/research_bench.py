@@ -55,7 +55,7 @@ from benchmarks.sweep_asha import make_teacher_data, run_sweep, sweep_manifest
 
 from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
-from crucible.workloads.records import write_jsonl
+from crucible.training.records import write_jsonl
 
 HOME = Path("/tmp/crucible-h200/home")
 PROFILED = (61, 3)

@@ -30,9 +30,9 @@ from common import out_dir, seconds_of, write_result
 from static_generator import StaticGenerator, fast_generator, sample_with_logprob
 from torch._dynamo.utils import counters
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.rollout import generate
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.rollouts.rollout import generate
 
 PROMPT_LEN = 64
 NEW_TOKENS = 128

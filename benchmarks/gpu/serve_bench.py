@@ -56,12 +56,12 @@ from train_job_bench import (
 )
 
 from crucible.client import CrucibleClient
+from crucible.config.workload import TaskConfig, model_preset
+from crucible.jobs.checkpoints import checkpoint_meta
+from crucible.models.gpt import build_model
 from crucible.schemas.runs import AttemptStart, RunSubmit
 from crucible.sdk.checkpoint import CheckpointStore
-from crucible.workloads.config import TaskConfig, model_preset
-from crucible.workloads.jobs.checkpoints import checkpoint_meta
-from crucible.workloads.model import build_model
-from crucible.workloads.train import model_only
+from crucible.training.train import model_only
 
 API_KEY = "sk-serve-bench"
 MODEL_NAME = "bench"

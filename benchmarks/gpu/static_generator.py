@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from crucible.workloads.model import GPT, Block
-from crucible.workloads.rollout import Generation
+from crucible.models.gpt import GPT, Block
+from crucible.rollouts.rollout import Generation
 
 TopPMethod = Literal["sort", "bisect"]
 TOP_P_BISECTION_STEPS = 32

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from common import out_dir, write_result
 
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
 from crucible.sdk.gpu_telemetry import GpuReading, GpuSampler, NvmlGpus, as_metrics
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
 
 INTERVALS: tuple[float | None, ...] = (None, 10.0, 1.0, 0.1)
 

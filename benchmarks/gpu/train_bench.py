@@ -34,15 +34,15 @@ from common import PEAK_BF16_FLOPS, byte_corpus, out_dir, write_result
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.fp8 import convert_to_float8, float8_stats
-from crucible.workloads.model import build_model, flops_per_token, num_params
-from crucible.workloads.parallelize import (
+from crucible.config.workload import TrainConfig, model_preset
+from crucible.models.gpt import build_model, flops_per_token, num_params
+from crucible.training.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
     compile_blocks,
 )
-from crucible.workloads.train import build_lr_scheduler, build_optimizer
+from crucible.training.precision.fp8 import convert_to_float8, float8_stats
+from crucible.training.train import build_lr_scheduler, build_optimizer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Training throughput through the platform's own train job: a `crucible server` on SQLite,
 datasets registered with it, and for each run a TrainingRun submitted and its job
-(`python -m crucible.workloads.jobs.train`) started with the environment the local executor
+(`python -m crucible.jobs.train`) started with the environment the local executor
 gives it. Tokens/s is what the job itself logs to the API every step (positions trained on,
 padding not counted), read back from the API; nothing here times a step.
 
@@ -65,16 +65,15 @@ from common import PEAK_BF16_FLOPS, REPO, byte_corpus
 
 from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
+from crucible.config.model_source import ModelSpec
+from crucible.config.parse import parse_config_object
+from crucible.models.gpt import flops_per_token
+from crucible.models.tokenizer import ByteTokenizer
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.runs import AttemptStart, RunSubmit
-from crucible.workloads.chat import encode_chat
-from crucible.workloads.flops import StepFlops
-from crucible.workloads.jobs.config import parse_config_object
-from crucible.workloads.model import flops_per_token
-from crucible.workloads.model_spec import ModelSpec
-from crucible.workloads.records import write_jsonl
-from crucible.workloads.shapes import split_text
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.training.flops import StepFlops
+from crucible.training.records import write_jsonl
+from crucible.training.shapes import encode_chat, split_text
 
 ADMIN_TOKEN = "cru_train-job-bench-admin"
 PROJECT = "default"
@@ -369,10 +368,10 @@ def row_length(spec: ModelSpec, data_seq_len: int | None) -> int:
 
 
 def model_flops_per_token(spec: ModelSpec, seq_len: int) -> int:
-    """The trainer's own count (`workloads/flops.py`) at rows of `seq_len`."""
+    """The trainer's own count (`training/flops.py`) at rows of `seq_len`."""
     if spec.gpt is not None:
         return flops_per_token(spec.gpt, seq_len)
-    from crucible.workloads.hf_model import build_hf_model
+    from crucible.models.hf import build_hf_model
 
     assert spec.hf is not None
     with torch.device("meta"):
@@ -618,7 +617,7 @@ def run_job(
     with log.open("w") as out:
         # Its own process group, so that a kill takes the compile workers along.
         process = subprocess.Popen(
-            [sys.executable, "-m", "crucible.workloads.jobs.train"],
+            [sys.executable, "-m", "crucible.jobs.train"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -707,7 +706,7 @@ def measure(api: CrucibleClient, job: JobResult, plan: Plan, repeat: int) -> dic
         "first_step_s": rate["times"][0] - job.started,
         "steps_s": rate["times"][-1] - rate["times"][0],
         "job_s": job.seconds,
-        # What the run page shows besides: the job's own MFU (`workloads/flops.py`, on a
+        # What the run page shows besides: the job's own MFU (`training/flops.py`, on a
         # GPU whose peak it knows) and the SDK's GPU telemetry (`sdk/gpu_telemetry.py`).
         "logged_mfu": _median_after(api, job.run_id, "mfu", plan.warmup),
         "system_metrics": {

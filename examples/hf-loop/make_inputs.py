@@ -23,9 +23,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging
 
-from crucible.workloads.bpe import train_bpe
-from crucible.workloads.config import TaskConfig
-from crucible.workloads.tasks.arithmetic import ArithmeticTask
+from crucible.config.workload import TaskConfig
+from crucible.models.bpe import train_bpe
+from crucible.tasks.arithmetic import ArithmeticTask
 
 TASK = TaskConfig(digits=1, operators=("+",))
 """loop.yaml's `config.task`: the held-out evals draw from the same task."""

@@ -7,9 +7,9 @@ name, `<run>-a<attempt>-0.<run>.<namespace>.svc`, which the headless Service pro
 
 An online-RL TrainingRun with `config.online.generator: pod` has, after its trainer's
 pod, `config.online.generators` generator pods (ranks 1 up), each with the trainer's
-resources, running `python -m crucible.agents.generator_process --pod`: they write their
+resources, running `python -m crucible.online_rl.generator_process --pod`: they write their
 addresses to the attempt's directory on the shared volume, where the trainer finds them
-(`agents/generator_endpoints.py`), and end when the trainer closes them. They are pods of
+(`online_rl/generator_endpoints.py`), and end when the trainer closes them. They are pods of
 the attempt like any other: scheduled as one gang, and one evicted interrupts the attempt.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crucible.agents.generator_endpoints import ENDPOINTS_ENV, INDEX_ENV, POD_IP_ENV
 from crucible.domain import contract
+from crucible.domain.resources import GENERATOR_ENDPOINTS_ENV, GENERATOR_INDEX_ENV, POD_IP_ENV
 from crucible_operator import naming
 from crucible_operator.facts import GPU
 
@@ -248,7 +248,7 @@ def build_pods(
     if sh.generators and options.storage_claim:
         # Every pod of the attempt: the generators write their addresses here, the
         # trainer reads them (registration refuses generator pods without the claim).
-        base_env[ENDPOINTS_ENV] = (
+        base_env[GENERATOR_ENDPOINTS_ENV] = (
             f"{options.storage_path.rstrip('/')}/runs/{attempt.run_id}/outputs/"
             f"generators/attempt-{attempt.number}"
         )
@@ -272,7 +272,7 @@ def build_pods(
         generator = rank - sh.pods if rank >= sh.pods else None
         env = dict(base_env)
         if generator is not None:
-            env[INDEX_ENV] = str(generator)
+            env[GENERATOR_INDEX_ENV] = str(generator)
         elif sh.world > 1:
             env.update(
                 {
@@ -322,7 +322,7 @@ def build_pods(
                     "command": (
                         _command(kind, spec, sh, rank, master)
                         if generator is None
-                        else ["python", "-m", "crucible.agents.generator_process", "--pod"]
+                        else ["python", "-m", "crucible.online_rl.generator_process", "--pod"]
                     ),
                     **({"workingDir": spec["workingDir"]} if spec.get("workingDir") else {}),
                     **container_env,

@@ -4,8 +4,8 @@ with a context long enough for a conversation with tools."""
 import pytest
 import torch
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
 from tests.workloads.conftest import _deterministic_threads
 
 __all__ = ["_deterministic_threads"]  # the fixture, imported for this folder

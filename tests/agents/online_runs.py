@@ -6,12 +6,12 @@ CPU."""
 import torch
 
 from crucible.agents.loading import EnvironmentSource, load_environment
-from crucible.agents.online import OnlineRL
-from crucible.agents.settings import EpisodeConfig, OnlineRLConfig
-from crucible.engine.config import EngineConfig
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import GPT, build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.engine import EngineConfig
+from crucible.config.online_rl import EpisodeConfig, OnlineRLConfig
+from crucible.config.workload import model_preset
+from crucible.models.gpt import GPT, build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.loop import OnlineRL
 
 ONE_CHARACTER = EpisodeConfig(max_turns=1, max_tokens_per_turn=1)
 """One turn, one token: the reply is its first character."""

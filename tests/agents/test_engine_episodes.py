@@ -16,11 +16,11 @@ from crucible.agents.loading import load_environment
 from crucible.agents.records import EndReason, EpisodeRecord, summary
 from crucible.agents.runner import run_episodes
 from crucible.agents.sandbox import Sandbox, SandboxLimits
-from crucible.agents.settings import EpisodeConfig
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.online_rl import EpisodeConfig
 from crucible.engine.engine import Engine
-from crucible.workloads.chat import encode_chat_prompt
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.chat import encode_chat_prompt
+from crucible.models.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 CONFIG = EpisodeConfig(max_turns=3, max_tokens_per_turn=24)

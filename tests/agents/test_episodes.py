@@ -12,7 +12,7 @@ from crucible.agents.loading import load_environment
 from crucible.agents.records import EndReason, EpisodeRecord, summary
 from crucible.agents.runner import run_scripted
 from crucible.agents.sandbox import Sandbox, SandboxLimits
-from crucible.agents.settings import EpisodeConfig
+from crucible.config.online_rl import EpisodeConfig
 from tests.agents import policies
 
 CONFIG = EpisodeConfig(max_turns=4)

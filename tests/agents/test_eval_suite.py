@@ -4,10 +4,10 @@ checkpoint's model plays the environment's episodes through the engine."""
 import pytest
 import torch
 
-from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.plugins import EVAL_SUITE, checked_metrics, resolve
-from crucible.workloads.model_handle import CheckpointInfo, ModelHandle
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.parse import ConfigError
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.plugins import EVAL_SUITE, checked_metrics, resolve
+from crucible.rollouts.model_handle import CheckpointInfo, ModelHandle
 from tests.agents.online_runs import tiny_model
 
 

@@ -1,5 +1,5 @@
 """A generator that falls behind the others, and one that stops answering
-(`agents/generator_pool.py`): the first is slowed for real (its process stopped and
+(`online_rl/generator_pool.py`): the first is slowed for real (its process stopped and
 continued by signals, nine tenths of the time), the second stopped for good. The slow one
 is noted with its rate and gets a smaller share; the silent one is dropped after
 `generator_timeout_s` and its share played by the other; either way every episode is the one
@@ -14,12 +14,12 @@ from contextlib import contextmanager
 
 import pytest
 
-from crucible.agents.generator_pool import GeneratorPool, shares, weighted_shares
-from crucible.agents.health import RoundHealth
-from crucible.agents.online import OnlineRL
 from crucible.agents.records import EpisodeRecord
-from crucible.agents.remote_generator import GeneratorProcessError
-from crucible.agents.settings import EpisodeConfig
+from crucible.config.online_rl import EpisodeConfig
+from crucible.online_rl.generator_pool import GeneratorPool, shares, weighted_shares
+from crucible.online_rl.health import RoundHealth
+from crucible.online_rl.loop import OnlineRL
+from crucible.online_rl.remote_generator import GeneratorProcessError
 from tests.agents.online_runs import config, online
 from tests.agents.test_generator_process import episodes_of
 

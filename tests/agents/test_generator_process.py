@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from crucible.agents.generator_endpoints import endpoint_key, wait_for_endpoint
-from crucible.agents.generator_pool import GeneratorPool, shares
-from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EpisodeRecord
-from crucible.agents.remote_generator import GeneratorProcessError
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.generator_endpoints import endpoint_key, wait_for_endpoint
+from crucible.online_rl.generator_pool import GeneratorPool, shares
+from crucible.online_rl.loop import OnlineRL
+from crucible.online_rl.remote_generator import GeneratorProcessError
 from tests.agents.online_runs import config, digits, online, tiny_model
 
 
@@ -137,7 +137,7 @@ def test_several_generators_need_processes_and_groups_to_share() -> None:
 
 
 def start_generator_pod(directory: Path, index: int, token: str) -> subprocess.Popen[str]:
-    """`python -m crucible.agents.generator_process --pod` with the environment the operator
+    """`python -m crucible.online_rl.generator_process --pod` with the environment the operator
     gives a generator pod (its address: this machine's loopback)."""
     environment = {
         **os.environ,
@@ -149,7 +149,7 @@ def start_generator_pod(directory: Path, index: int, token: str) -> subprocess.P
         "POD_IP": "127.0.0.1",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "crucible.agents.generator_process", "--pod"],
+        [sys.executable, "-m", "crucible.online_rl.generator_process", "--pod"],
         env=environment,
         stdout=subprocess.PIPE,
         text=True,

@@ -2,9 +2,9 @@
 
 import torch
 
-from crucible.agents.kv_sizing import blocks_for_episodes, generator_engine_config
-from crucible.agents.settings import EpisodeConfig
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.online_rl import EpisodeConfig
+from crucible.online_rl.kv_sizing import blocks_for_episodes, generator_engine_config
 from tests.agents.online_runs import tiny_model
 
 

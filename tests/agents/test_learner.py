@@ -4,9 +4,9 @@ that refuses the step leaves the weights and gradients as they were."""
 import pytest
 import torch
 
-from crucible.agents.learner import Learner, LogprobComparison, UpdateResult
-from crucible.workloads.data import Example
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.learner import Learner, LogprobComparison, UpdateResult
+from crucible.training.data import Example
 from tests.agents.online_runs import tiny_model
 
 TOK = ByteTokenizer()

@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from crucible.agents.health import LogprobMismatch, RoundHealth, TooManyFailedEpisodes
 from crucible.agents.loading import load_environment
-from crucible.agents.online import OnlineRL
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EpisodeRecord
-from crucible.agents.settings import DEFAULT_LOGPROB_TOLERANCE
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.online_rl import DEFAULT_LOGPROB_TOLERANCE
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.health import LogprobMismatch, RoundHealth, TooManyFailedEpisodes
+from crucible.online_rl.loop import OnlineRL
 from tests.agents.online_runs import config, digits, online, tiny_model
 
 BROKEN = "tests.agents.broken_envs"

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from crucible.agents.buffer import Discard, Group, SampleBuffer
 from crucible.agents.policy import PolicyVersion
 from crucible.agents.records import EndReason, EpisodeRecord, TurnRecord
+from crucible.online_rl.buffer import Discard, Group, SampleBuffer
 
 
 def episode(index: int, version: int | None, reward: float = 0.0) -> EpisodeRecord:

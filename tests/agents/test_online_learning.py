@@ -7,7 +7,7 @@ reward rises from nothing to about half the most a policy can earn."""
 
 import pytest
 
-from crucible.agents.health import RoundHealth
+from crucible.online_rl.health import RoundHealth
 from tests.agents.online_runs import DIGITS_ROUNDS, GUESSING_ROUNDS, digits_run, guessing
 
 

@@ -12,8 +12,8 @@ from crucible.agents.loading import load_environment
 from crucible.agents.records import EndReason
 from crucible.agents.runner import run_scripted
 from crucible.agents.sandbox import Sandbox
-from crucible.agents.settings import EpisodeConfig
-from crucible.workloads.jobs.config import ConfigError
+from crucible.config.online_rl import EpisodeConfig
+from crucible.config.parse import ConfigError
 from tests.agents import policies
 
 CONFIG = EpisodeConfig(max_turns=4)

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from crucible.agents.records import EndReason, EpisodeRecord, TurnRecord
-from crucible.agents.rl_rows import episode_examples, group_advantages
 from crucible.agents.tool_calls import tool_message
-from crucible.workloads.chat import encode_chat_prompt
-from crucible.workloads.data import collate_rows
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.chat import encode_chat_prompt
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.online_rl.rl_rows import episode_examples, group_advantages
+from crucible.training.data import collate_rows
 
 TOK = ByteTokenizer()
 CALL = '<tool_call>{"name": "calculate", "arguments": {"expression": "6 * 7"}}</tool_call>'

@@ -6,8 +6,8 @@ import pytest
 from crucible.agents.loading import load_environment, load_teacher
 from crucible.agents.runner import run_scripted
 from crucible.agents.sandbox import Sandbox
-from crucible.agents.settings import EpisodeConfig
-from crucible.workloads.jobs.config import ConfigError
+from crucible.config.online_rl import EpisodeConfig
+from crucible.config.parse import ConfigError
 
 CALCULATOR = load_environment("calculator", {"digits": 3, "operators": ["+", "*"]})
 

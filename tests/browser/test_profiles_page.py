@@ -40,12 +40,12 @@ def _record_profile(directory: Path) -> None:
     import torch
     from torch.profiler import record_function
 
-    from crucible.workloads.profile_summary import (
+    from crucible.training.profile_summary import (
         DATA_ANNOTATION,
         FORWARD_BACKWARD_ANNOTATION,
         OPTIMIZER_ANNOTATION,
     )
-    from crucible.workloads.profiling import StepProfiler
+    from crucible.training.profiling import StepProfiler
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(

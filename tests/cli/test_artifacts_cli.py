@@ -17,7 +17,7 @@ from crucible.artifacts import remote, storage
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import ArtifactPublic, CheckpointCreate
 from crucible.schemas.runs import RunSubmit
-from crucible.workloads.records import write_jsonl
+from crucible.training.records import write_jsonl
 from tests.cli.test_datasets import SFT, Server, data, same_files, server
 from tests.conftest import training_run
 from tests.object_store import ObjectStore

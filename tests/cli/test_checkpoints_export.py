@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from crucible.artifacts.digest import content_of
+from crucible.config.model_source import HFModelSource, ModelSpec
+from crucible.jobs.checkpoints import model_spec_of
+from crucible.models.build import build_from_spec, build_tokenizer
+from crucible.rollouts.rollout import greedy_completions
 from crucible.sdk.checkpoint import CheckpointStore
-from crucible.workloads.jobs.checkpoints import model_spec_of
-from crucible.workloads.model_build import build_from_spec, build_tokenizer
-from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.rollout import greedy_completions
-from crucible.workloads.train import model_only
+from crucible.training.train import model_only
 from tests.cli.trained import PROMPTS, Trained, trained
 from tests.servers import crucible
 from tests.workloads.test_jobs import Platform, platform, server

@@ -18,7 +18,7 @@ from crucible.artifacts import remote
 from crucible.artifacts.digest import content_of
 from crucible.client import ApiError, CrucibleClient
 from crucible.schemas.lineage import DatasetVersionPublic
-from crucible.workloads.records import write_jsonl
+from crucible.training.records import write_jsonl
 from tests.object_store import ObjectStore
 from tests.servers import crucible, local_server
 

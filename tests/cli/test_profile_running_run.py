@@ -12,7 +12,7 @@ from crucible.client import CrucibleClient
 from crucible.domain.enums import Phase
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.runs import RunSubmit
-from crucible.workloads.records import write_jsonl
+from crucible.training.records import write_jsonl
 from tests.servers import crucible, local_server, wait_for
 
 STEPS = 20_000

@@ -13,10 +13,10 @@ import openai
 import pytest
 import torch
 
+from crucible.jobs.checkpoints import load_model
+from crucible.rollouts.rollout import greedy_completions
 from crucible.sdk.checkpoint import CheckpointStore
 from crucible.sdk.reader import CheckpointReader
-from crucible.workloads.jobs.checkpoints import load_model
-from crucible.workloads.rollout import greedy_completions
 from tests.cli.trained import Trained, trained
 from tests.servers import crucible, free_port
 from tests.workloads.test_jobs import Platform, platform, server

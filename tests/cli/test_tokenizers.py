@@ -11,8 +11,8 @@ from pathlib import Path
 
 from crucible.artifacts import storage
 from crucible.artifacts.digest import content_of
-from crucible.workloads.hf_tokenizer import HFTokenizer
-from crucible.workloads.records import write_jsonl
+from crucible.models.hf_tokenizer import HFTokenizer
+from crucible.training.records import write_jsonl
 from tests.cli.test_datasets import Server, data, server
 from tests.workloads.test_data_jobs import conversation
 

@@ -8,8 +8,8 @@ import pytest
 
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.workloads.records import write_jsonl
-from crucible.workloads.tasks.arithmetic import solve
+from crucible.tasks.arithmetic import solve
+from crucible.training.records import write_jsonl
 from tests.conftest import ADMIN_TOKEN
 from tests.workloads.test_jobs import Platform
 

@@ -5,12 +5,12 @@ import asyncio
 
 import pytest
 
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import InvalidParameter, SamplingParams
 from crucible.engine.async_engine import AsyncEngine, Delta
-from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
-from crucible.engine.params import InvalidParameter, SamplingParams
-from crucible.workloads.model import GPT
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import GPT
+from crucible.models.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 PARAMS = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)

@@ -14,16 +14,16 @@ import pytest
 import torch
 
 from crucible.client import CrucibleClient
+from crucible.config.engine import EngineConfig
+from crucible.config.workload import model_preset
 from crucible.domain.enums import Role
 from crucible.engine.async_engine import AsyncEngine
-from crucible.engine.config import EngineConfig
-from crucible.engine.control_plane_tokens import APPROVAL_TTL_SECONDS, ControlPlaneTokens
 from crucible.engine.engine import Engine
-from crucible.engine.server import create_engine_app
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
 from crucible.schemas.tenancy import TokenCreate
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.serving.openai.app import create_engine_app
+from crucible.serving.openai.control_plane_tokens import APPROVAL_TTL_SECONDS, ControlPlaneTokens
 from tests.servers import LocalServer, app_in_thread, free_port
 
 TTL = 0.5

@@ -4,17 +4,17 @@ batching, the block size, the prefix sharing or the preemptions."""
 import pytest
 import torch
 
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import InvalidParameter, SamplingParams
+from crucible.config.workload import model_preset
 from crucible.engine.blocks import BlockPool, block_hashes
-from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
 from crucible.engine.paged_gpt import PagedGPT
-from crucible.engine.params import InvalidParameter, SamplingParams
 from crucible.engine.scheduler import Scheduler
 from crucible.engine.sequence import FinishReason, Sequence
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import GPT
-from crucible.workloads.rollout import generate
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import GPT
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.rollout import generate
 
 TOK = ByteTokenizer()
 PROMPTS = ["1+2=", "37+58=", "9*9=", "123-4=", "7=", "a much longer prompt of text"]

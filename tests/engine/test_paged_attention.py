@@ -73,12 +73,12 @@ def check(
 def engine_check() -> None:
     """The built-in GPT's engine decoding through the kernel, against its gather path: the
     same greedy tokens, the same logprobs."""
-    from crucible.engine.config import EngineConfig
+    from crucible.config.engine import EngineConfig
+    from crucible.config.sampling import SamplingParams
+    from crucible.config.workload import model_preset
     from crucible.engine.engine import Engine
-    from crucible.engine.params import SamplingParams
-    from crucible.workloads.config import model_preset
-    from crucible.workloads.model import build_model
-    from crucible.workloads.tokenizer import ByteTokenizer
+    from crucible.models.gpt import build_model
+    from crucible.models.tokenizer import ByteTokenizer
 
     torch.manual_seed(0)
     model = build_model(model_preset("tiny"))

@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.model_source import HFModelSource
+from crucible.config.sampling import SamplingParams
 from crucible.engine.engine import Engine, RequestOutput
-from crucible.engine.params import SamplingParams
-from crucible.workloads.hf_model import HFCausalLM, build_hf_model
-from crucible.workloads.model_spec import HFModelSource
-from crucible.workloads.rollout import Generation, generate
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.hf import HFCausalLM, build_hf_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.rollout import Generation, generate
 from tests.workloads.test_hf_model import DECODER, SMALL
 
 TOK = ByteTokenizer()

@@ -19,13 +19,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from starlette.types import Message
 
+from crucible.config.engine import EngineConfig, ServeLimits
+from crucible.config.workload import model_preset
 from crucible.engine.async_engine import AsyncEngine
-from crucible.engine.config import EngineConfig, ServeLimits
 from crucible.engine.engine import Engine
-from crucible.engine.server import create_engine_app
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.serving.openai.app import create_engine_app
 from tests.servers import app_in_thread
 
 MODEL = "tiny-test"

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 WORKLOAD = """
 import torch
 import crucible.sdk as sdk
-from crucible.workloads.jobs.process import run_job
+from crucible.jobs.process import run_job
 
 def body():
     run = sdk.init()

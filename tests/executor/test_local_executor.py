@@ -271,15 +271,15 @@ def test_a_spec_without_a_command_runs_the_reference_workload() -> None:
             }
         )
 
-    assert build_command(run("train"))[1:] == ["-m", "crucible.workloads.jobs.train"]
-    assert build_command(run("eval"))[1:] == ["-m", "crucible.workloads.jobs.eval"]
+    assert build_command(run("train"))[1:] == ["-m", "crucible.jobs.train"]
+    assert build_command(run("eval"))[1:] == ["-m", "crucible.jobs.eval"]
     teacher = run("rollout", policy={"teacher": "arithmetic-solver"})
-    assert build_command(teacher)[1:] == ["-m", "crucible.workloads.jobs.datagen"]
+    assert build_command(teacher)[1:] == ["-m", "crucible.jobs.datagen"]
     policy = run("rollout", policy={"checkpoint": {"id": 3}})
-    assert build_command(policy)[1:] == ["-m", "crucible.workloads.jobs.rollout"]
+    assert build_command(policy)[1:] == ["-m", "crucible.jobs.rollout"]
     # A bare python is the executor's interpreter (its venv), not the first on PATH.
-    own = run("train", command=["python", "-m", "crucible.workloads.jobs.tokenizer"])
-    assert build_command(own) == [sys.executable, "-m", "crucible.workloads.jobs.tokenizer"]
+    own = run("train", command=["python", "-m", "crucible.jobs.tokenizer"])
+    assert build_command(own) == [sys.executable, "-m", "crucible.jobs.tokenizer"]
     assert (
         build_command(run("train", command=["/usr/bin/python3", "x.py"]))[0] == "/usr/bin/python3"
     )
@@ -291,6 +291,6 @@ def test_a_spec_without_a_command_runs_the_reference_workload() -> None:
         "--standalone",
         "--nproc-per-node=2",
         "-m",
-        "crucible.workloads.jobs.train",
+        "crucible.jobs.train",
         "--x",
     ]

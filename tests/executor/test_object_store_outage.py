@@ -35,7 +35,7 @@ import sys, time
 from pathlib import Path
 import torch
 import crucible.sdk as sdk
-from crucible.workloads.jobs.process import run_job
+from crucible.jobs.process import run_job
 
 saved, go = Path(sys.argv[1]), Path(sys.argv[2])
 

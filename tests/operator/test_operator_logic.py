@@ -467,7 +467,7 @@ def test_pods_of_a_multi_node_run() -> None:
         "--nproc-per-node=8",
         "--master-addr=sft-a3-0.sft.team.svc",
     ]
-    assert container["command"][-2:] == ["-m", "crucible.workloads.jobs.train"]
+    assert container["command"][-2:] == ["-m", "crucible.jobs.train"]
     # The workload's last words (or its log's end) reach the container status.
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert env(first)["CRUCIBLE_TERMINATION_LOG"] == container["terminationMessagePath"]
@@ -500,7 +500,7 @@ def test_a_single_pod_runs_the_command_itself_with_the_default_image() -> None:
     )
     container = built["spec"]["containers"][0]
     assert container["image"] == "img:1"
-    assert container["command"] == ["python", "-m", "crucible.workloads.jobs.eval", "--fast"]
+    assert container["command"] == ["python", "-m", "crucible.jobs.eval", "--fast"]
     assert "MASTER_ADDR" not in env(built) and "CRUCIBLE_RESUME_FROM" not in env(built)
     assert "hostname" not in built["spec"]
 
@@ -546,11 +546,11 @@ def test_an_online_run_with_generator_pods_has_them_after_its_trainer() -> None:
     assert first["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert "CRUCIBLE_GENERATOR_INDEX" not in trainer and "MASTER_ADDR" not in trainer
     containers = [p["spec"]["containers"][0] for p in built]
-    assert containers[0]["command"] == ["python", "-m", "crucible.workloads.jobs.online_rl"]
+    assert containers[0]["command"] == ["python", "-m", "crucible.jobs.online_rl"]
     assert containers[1]["command"] == [
         "python",
         "-m",
-        "crucible.agents.generator_process",
+        "crucible.online_rl.generator_process",
         "--pod",
     ]
     # Each generator has the trainer's GPUs, so one gang check places them all.

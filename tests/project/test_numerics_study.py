@@ -34,7 +34,7 @@ def test_the_table_puts_bf16_first_and_each_precisions_gap_and_speed_against_it(
 def test_the_table_knows_the_emulated_precisions_the_train_job_does() -> None:
     """The script keeps its own list so that it runs where torch is not installed; this
     keeps the two lists the same."""
-    from crucible.workloads.precision import EMULATED
+    from crucible.training.precision.apply import EMULATED
 
     assert _summarize().EMULATED == EMULATED
 

@@ -21,7 +21,7 @@ TRUNCATES_ITS_CHECKPOINT = """
 from pathlib import Path
 import torch
 import crucible.sdk as sdk
-from crucible.workloads.jobs.process import run_job
+from crucible.jobs.process import run_job
 
 def body():
     run = sdk.init()
@@ -37,7 +37,7 @@ run_job("truncated-checkpoint", body)
 
 READS_A_DATASET = """
 import crucible.sdk as sdk
-from crucible.workloads.jobs.process import run_job
+from crucible.jobs.process import run_job
 
 def body():
     run = sdk.init()

@@ -26,8 +26,8 @@ def test_the_cli_commands_that_copy_stored_files_load_no_torch(command: str) -> 
     their commands import (the SDK's stored-file halves, the record shapes) must not bring
     torch, which would add seconds to every call."""
     modules = {
-        "datasets": "crucible.cli.datasets, crucible.sdk.datasets, crucible.workloads.shape_of, "
-        "crucible.workloads.records",
+        "datasets": "crucible.cli.datasets, crucible.sdk.datasets, crucible.training.shape_of, "
+        "crucible.training.records",
         "artifacts": "crucible.cli.artifacts, crucible.sdk.artifacts, crucible.artifacts.remote",
     }[command]
     code = f"import sys, crucible.cli.main, {modules}; print('torch' in sys.modules)"

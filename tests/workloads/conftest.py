@@ -6,10 +6,10 @@ from typing import Any
 import pytest
 import torch
 
-from crucible.workloads.config import TaskConfig, model_preset
-from crucible.workloads.datagen import teach
-from crucible.workloads.model import build_model
-from crucible.workloads.tasks.arithmetic import ArithmeticTask, SolverTeacher
+from crucible.config.workload import TaskConfig, model_preset
+from crucible.models.gpt import build_model
+from crucible.rollouts.datagen import teach
+from crucible.tasks.arithmetic import ArithmeticTask, SolverTeacher
 
 
 @pytest.fixture(autouse=True)

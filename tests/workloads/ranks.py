@@ -14,5 +14,5 @@ def run_ranks(rank_main: Callable[..., None], args: tuple[Any, ...], nprocs: int
     # fork-based multiprocessing"). Spawned, each rank would import torch and the trainer
     # again (about 20 s of CPU each on this machine). A fork server imports them once, in
     # a clean process, and forks each rank from it.
-    multiprocessing.set_forkserver_preload(["torch", "crucible.workloads.train"])
+    multiprocessing.set_forkserver_preload(["torch", "crucible.training.train"])
     mp.start_processes(rank_main, args=args, nprocs=nprocs, join=True, start_method="forkserver")

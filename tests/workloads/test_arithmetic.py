@@ -4,15 +4,15 @@ import random
 
 import pytest
 
-from crucible.workloads.config import TaskConfig
-from crucible.workloads.datagen import write_sft_dataset
-from crucible.workloads.records import read_jsonl
-from crucible.workloads.tasks.arithmetic import (
+from crucible.config.workload import TaskConfig
+from crucible.rollouts.datagen import write_sft_dataset
+from crucible.tasks.arithmetic import (
     ArithmeticTask,
     SolverTeacher,
     exact_match_reward,
     solve,
 )
+from crucible.training.records import read_jsonl
 
 ALL_OPS = TaskConfig(digits=2, operators=("+", "-", "*"))
 

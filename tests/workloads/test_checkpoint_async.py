@@ -13,11 +13,11 @@ import torch
 
 import crucible
 from crucible.client import CrucibleClient
+from crucible.config.workload import TaskConfig, TrainConfig, model_preset
+from crucible.jobs.checkpoints import checkpoint_meta
 from crucible.sdk import PREEMPTED_EXIT_CODE, CheckpointError, Run
 from crucible.sdk.checkpoint import RunCheckpointer
-from crucible.workloads.config import TaskConfig, TrainConfig, model_preset
-from crucible.workloads.jobs.checkpoints import checkpoint_meta
-from crucible.workloads.train import Trainer
+from crucible.training.train import Trainer
 from tests.sdk.conftest import api, new_run, sdk_env, server
 
 __all__ = ["api", "sdk_env", "server"]  # the fixtures, imported for this module

@@ -2,8 +2,8 @@
 
 import pytest
 
-from crucible.workloads.data import Sampler, collate, encode_sft
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.training.data import Sampler, collate, encode_sft
 
 TOK = ByteTokenizer()
 

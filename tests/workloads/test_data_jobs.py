@@ -14,11 +14,11 @@ import torch
 
 from crucible.artifacts import storage
 from crucible.artifacts.digest import content_of
+from crucible.config.model_source import HFModelSource, ModelSpec
+from crucible.models.build import build_from_spec, build_tokenizer
+from crucible.rollouts.rollout import greedy_completions
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.workloads.model_build import build_from_spec, build_tokenizer
-from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.records import write_jsonl
-from crucible.workloads.rollout import greedy_completions
+from crucible.training.records import write_jsonl
 from tests.cli.test_checkpoints_export import original_model
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_jobs import Job, Platform, platform, server

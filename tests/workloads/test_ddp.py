@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.train import Trainer
+from crucible.config.workload import TrainConfig, model_preset
+from crucible.training.train import Trainer
 from tests.workloads.ranks import run_ranks
 
 WORLD_SIZE = 2

@@ -9,14 +9,14 @@ import openai
 import pytest
 import torch
 
+from crucible.config.engine import EngineConfig
+from crucible.config.workload import model_preset
 from crucible.engine.async_engine import AsyncEngine
-from crucible.engine.config import EngineConfig
 from crucible.engine.engine import Engine
-from crucible.engine.server import create_engine_app
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.records import read_jsonl
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.serving.openai.app import create_engine_app
+from crucible.training.records import read_jsonl
 from tests.servers import app_in_thread
 from tests.workloads.test_jobs import TASK, Platform, platform, server
 

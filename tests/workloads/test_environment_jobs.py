@@ -1,5 +1,5 @@
 """Environments and chat prompts through the rollout job as a process (`python -m
-crucible.workloads.jobs.rollout` against a real API server on SQLite), from a checkpoint of a
+crucible.jobs.rollout` against a real API server on SQLite), from a checkpoint of a
 two-step SFT: the example environment of docs/workloads.md (examples/team-code/team_loop/
 env.py) making the prompts and scoring them, a prompts dataset of chats rendered with the
 chat template, and what a job must refuse: a bad reference or option (exit 2, before the
@@ -18,10 +18,10 @@ import yaml
 
 from crucible.artifacts.digest import content_of
 from crucible.domain.specs import RolloutJobSpec
+from crucible.plugins import ENVIRONMENT, resolve
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.workloads.jobs.plugins import ENVIRONMENT, resolve
-from crucible.workloads.records import read_jsonl, write_jsonl
-from crucible.workloads.tasks.arithmetic import solve
+from crucible.tasks.arithmetic import solve
+from crucible.training.records import read_jsonl, write_jsonl
 from tests.workloads.test_jobs import Job, Platform, platform, server
 
 __all__ = ["platform", "server"]  # the fixtures, imported for this module
@@ -294,7 +294,7 @@ def test_a_dataset_record_without_a_prompt_exits_2_naming_record_and_field(
         "fields: question"
     )
     assert finished.termination_message == said, finished.output
-    assert f"crucible.workloads.rollout: {said}\n" in finished.output
+    assert f"crucible.jobs.rollout: {said}\n" in finished.output
 
 
 @pytest.mark.parametrize(
@@ -329,7 +329,7 @@ def test_a_bad_environment_exits_2_naming_it_before_the_model_loads(
     finished = platform.start("rollout", run_id, checkpoint=1, cwd=WORKDIR).result()
     assert finished.returncode == 2, finished.output
     assert finished.termination_message.startswith(expected), finished.output
-    assert f"crucible.workloads.rollout: {expected}" in finished.output
+    assert f"crucible.jobs.rollout: {expected}" in finished.output
     assert "model of checkpoint" not in finished.output
 
 

@@ -1,4 +1,4 @@
-"""Agent episodes as a RolloutJob: `python -m crucible.workloads.jobs.episodes` with the
+"""Agent episodes as a RolloutJob: `python -m crucible.jobs.episodes` with the
 environment the executor sets, against a real API server (SQLite in a temp dir).
 
 A scripted teacher's episodes, and a checkpoint's played through the engine, are published
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from crucible.workloads.chat import encode_chat
-from crucible.workloads.records import read_jsonl
-from crucible.workloads.shape_of import detect_shape
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.training.records import read_jsonl
+from crucible.training.shape_of import detect_shape
+from crucible.training.shapes import encode_chat
 from tests.sdk.conftest import server
 from tests.workloads.test_jobs import Platform, platform
 

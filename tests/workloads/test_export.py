@@ -1,4 +1,4 @@
-"""A checkpoint exported as a Hugging Face directory (workloads/export.py) is the same model:
+"""A checkpoint exported as a Hugging Face directory (training/export.py) is the same model:
 the built-in GPT as GPT-2 gives the GPT's logits, and its byte tokenizer as a byte-level BPE
 gives the same ids, so `model: {hf: {path: ...}}` of the export continues where it ended.
 `export_model` does so for a loaded model of either kind, with the byte tokenizer or a
@@ -11,16 +11,16 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from crucible.workloads.bpe import train_bpe
-from crucible.workloads.config import model_preset
-from crucible.workloads.export import export_gpt, export_model
-from crucible.workloads.hf_model import HFCausalLM, HFModelSource, build_hf_model
-from crucible.workloads.hf_tokenizer import HFTokenizer
-from crucible.workloads.model import GPT, build_model
-from crucible.workloads.model_build import build_from_spec, build_tokenizer
-from crucible.workloads.model_spec import ModelSpec
-from crucible.workloads.rollout import greedy_completions
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.model_source import ModelSpec
+from crucible.config.workload import model_preset
+from crucible.models.bpe import train_bpe
+from crucible.models.build import build_from_spec, build_tokenizer
+from crucible.models.gpt import GPT, build_model
+from crucible.models.hf import HFCausalLM, HFModelSource, build_hf_model
+from crucible.models.hf_tokenizer import HFTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.rollout import greedy_completions
+from crucible.training.export import export_gpt, export_model
 from tests.workloads.test_hf_model import DECODER
 
 TEXTS = ["37+58=95", "héllo ✓  wörld\n\ttab", "", "<|eos|> is text here"]

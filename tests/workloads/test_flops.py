@@ -4,12 +4,12 @@ a Llama, and the trainer logs model FLOPs/s (MFU only where the device's peak is
 import pytest
 import torch
 
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.flops import StepFlops, peak_for_name
-from crucible.workloads.hf_model import build_hf_model
-from crucible.workloads.model import build_model, flops_per_token
-from crucible.workloads.model_spec import HFModelSource
-from crucible.workloads.train import Trainer
+from crucible.config.model_source import HFModelSource
+from crucible.config.workload import TrainConfig, model_preset
+from crucible.models.gpt import build_model, flops_per_token
+from crucible.models.hf import build_hf_model
+from crucible.training.flops import StepFlops, peak_for_name
+from crucible.training.train import Trainer
 from tests.workloads.test_hf_model import SMALL
 
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from crucible.workloads import fp8
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.train import Trainer
+from crucible.config.workload import TrainConfig, model_preset
+from crucible.training.precision import fp8
+from crucible.training.train import Trainer
 
 
 def test_scale_maps_amax_onto_the_format_maximum() -> None:

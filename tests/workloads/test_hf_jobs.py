@@ -1,4 +1,4 @@
-"""A Hugging Face model through the jobs as processes (`python -m crucible.workloads.jobs.*`,
+"""A Hugging Face model through the jobs as processes (`python -m crucible.jobs.*`,
 against a real API server on SQLite): SFT with `config.model.hf` built from a Llama config,
 then a rollout and an eval of its checkpoint that rebuild the model from the checkpoint's
 meta alone; and the model configs a job must refuse before any heavy work, with exit 2."""
@@ -9,8 +9,8 @@ import pytest
 
 from crucible.artifacts.digest import content_of
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.workloads.records import write_jsonl
-from crucible.workloads.tasks.arithmetic import solve
+from crucible.tasks.arithmetic import solve
+from crucible.training.records import write_jsonl
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_jobs import Job, Platform, platform, server
 

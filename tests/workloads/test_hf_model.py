@@ -1,4 +1,4 @@
-"""Hugging Face causal LMs behind the GPT's interface (workloads/hf_model.py), built from an
+"""Hugging Face causal LMs behind the GPT's interface (models/hf.py), built from an
 architecture's config (nothing downloaded): padding and the KV cache change no logits, a
 model saved as a directory loads back the same, and directories or architectures that
 cannot give a model are refused with a message naming them."""
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crucible.workloads.hf_model import (
+from crucible.models.hf import (
     HFCausalLM,
     HFModelSource,
     ModelSourceError,

@@ -1,12 +1,12 @@
-"""Tokenizers other than the bytes: a byte-level BPE trained on text (workloads/bpe.py) and
+"""Tokenizers other than the bytes: a byte-level BPE trained on text (models/bpe.py) and
 read back as the workloads read any Hugging Face tokenizer directory (hf_tokenizer.py)."""
 
 from pathlib import Path
 
 import pytest
 
-from crucible.workloads.bpe import SPECIAL_TOKENS, train_bpe
-from crucible.workloads.hf_tokenizer import HFTokenizer, TokenizerError
+from crucible.models.bpe import SPECIAL_TOKENS, train_bpe
+from crucible.models.hf_tokenizer import HFTokenizer, TokenizerError
 
 TEXTS = [f"{a}+{b}={a + b}" for a in range(60) for b in range(60)]
 

@@ -1,22 +1,22 @@
 """A Hugging Face model through the loop's library stages on CPU: SFT with exact resume, a
 tokenizer trained on the data, rollouts scored by the reward, RL from the SFT weights, and
-the eval; the same code paths as the built-in GPT (workloads/model_spec.py)."""
+the eval; the same code paths as the built-in GPT (config/model_source.py)."""
 
 from pathlib import Path
 
 import pytest
 import torch
 
-from crucible.workloads.bpe import train_bpe
-from crucible.workloads.checkpoint import DirectoryCheckpointer
-from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig
-from crucible.workloads.evaluate import evaluate
-from crucible.workloads.hf_model import HFCausalLM
-from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.records import read_jsonl
-from crucible.workloads.rollout import per_sample, rollout, write_trajectories
-from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
-from crucible.workloads.train import Trainer
+from crucible.config.model_source import HFModelSource, ModelSpec
+from crucible.config.workload import EvalConfig, RolloutConfig, TrainConfig
+from crucible.models.bpe import train_bpe
+from crucible.models.hf import HFCausalLM
+from crucible.rollouts.evaluate import evaluate
+from crucible.rollouts.rollout import per_sample, rollout, write_trajectories
+from crucible.tasks.arithmetic import ArithmeticTask, exact_match_reward
+from crucible.training.checkpoint import DirectoryCheckpointer
+from crucible.training.records import read_jsonl
+from crucible.training.train import Trainer
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_train import Preempted, PreemptedAfterSave
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from crucible.config.model_source import ModelSpec
+from crucible.config.parse import ConfigError, parse_config
+from crucible.config.workload import ModelConfig, TaskConfig, model_preset
 from crucible.domain.contract import reference_workload
-from crucible.workloads.config import ModelConfig, TaskConfig, model_preset
-from crucible.workloads.jobs import datagen, rollout, train
-from crucible.workloads.jobs import eval as eval_jobs
-from crucible.workloads.jobs.config import ConfigError, parse_config
-from crucible.workloads.jobs.env import Inputs, parse_inputs, read_env
-from crucible.workloads.jobs.sampling import fit_new_tokens, rollout_config
-from crucible.workloads.jobs.train import train_config
-from crucible.workloads.model_spec import ModelSpec
+from crucible.jobs import datagen, rollout, train
+from crucible.jobs import eval as eval_jobs
+from crucible.jobs.env import Inputs, parse_inputs, read_env
+from crucible.jobs.sampling import fit_new_tokens, rollout_config
+from crucible.jobs.train import train_config
 
 
 def env_of(config: object = None, spec: object = None, inputs: object = None) -> dict[str, str]:
@@ -252,5 +252,5 @@ def test_an_online_section_makes_the_run_online_rl() -> None:
     assert config.online.rl.episode.stop_token_ids == (7,)
     assert config.online.rl.engine.num_blocks == 64
     online_spec = {"config": {"online": {"environment": "letter_or_digit"}}}
-    assert reference_workload("train", online_spec) == "crucible.workloads.jobs.online_rl"
-    assert reference_workload("train", {"config": {}}) == "crucible.workloads.jobs.train"
+    assert reference_workload("train", online_spec) == "crucible.jobs.online_rl"
+    assert reference_workload("train", {"config": {}}) == "crucible.jobs.train"

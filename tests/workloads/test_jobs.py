@@ -1,4 +1,4 @@
-"""The reference workloads as processes: `python -m crucible.workloads.jobs.<job>` with the
+"""The reference workloads as processes: `python -m crucible.jobs.<job>` with the
 environment the executor sets, against a real API server (SQLite in a temp dir).
 
 Starting a process costs seconds here (torch, and torch._dynamo, which the first optimizer
@@ -24,14 +24,14 @@ import pytest
 
 from crucible.artifacts.digest import content_of
 from crucible.client import CrucibleClient
+from crucible.config.workload import TaskConfig, model_preset
 from crucible.core import run_profiles
 from crucible.domain import contract
 from crucible.schemas.lineage import DatasetVersionCreate
 from crucible.schemas.profiles import ProfileSummary
 from crucible.schemas.runs import AttemptEnd, AttemptStart, RunSubmit
-from crucible.workloads.config import TaskConfig, model_preset
-from crucible.workloads.records import read_jsonl, write_jsonl
-from crucible.workloads.tasks.arithmetic import solve
+from crucible.tasks.arithmetic import solve
+from crucible.training.records import read_jsonl, write_jsonl
 from tests.conftest import ADMIN_TOKEN
 from tests.sdk.conftest import ServerProcess, server
 
@@ -84,7 +84,7 @@ class Job:
         self._changed = threading.Condition()
         self.started = time.monotonic()
         self.ended: float | None = None
-        command = [sys.executable, "-m", f"crucible.workloads.jobs.{module}"]
+        command = [sys.executable, "-m", f"crucible.jobs.{module}"]
         if replicas > 1:  # as the local executor starts them
             command[1:1] = [
                 "-m",
@@ -325,7 +325,7 @@ def test_a_bad_config_key_exits_2_naming_it(stage1: Stage1) -> None:
         "config.eval.num_problemz is not a field; valid: num_problems, batch_size, "
         "max_new_tokens, seed"
     )
-    assert finished.output.strip() == f"crucible.workloads.eval: {said}"
+    assert finished.output.strip() == f"crucible.jobs.eval: {said}"
     assert finished.termination_message == said
 
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model, flops_per_token, num_params
-from crucible.workloads.rollout import generate
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model, flops_per_token, num_params
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.rollout import generate
 
 TOK = ByteTokenizer()
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.model_handle import CheckpointInfo, ModelHandle
-from crucible.workloads.rollout import greedy_completions
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.model_handle import CheckpointInfo, ModelHandle
+from crucible.rollouts.rollout import greedy_completions
 
 TOK = ByteTokenizer()
 

@@ -1,4 +1,4 @@
-"""Online RL as a TrainingRun: `python -m crucible.workloads.jobs.online_rl` with the
+"""Online RL as a TrainingRun: `python -m crucible.jobs.online_rl` with the
 environment the executor sets, against a real API server (SQLite in a temp dir).
 
 The same run twice, one of them preempted by SIGTERM in the middle and resumed as the
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.jobs.checkpoints import model_spec_from_meta
+from crucible.config.workload import model_preset
+from crucible.jobs.checkpoints import model_spec_from_meta
 from tests.sdk.conftest import server
 from tests.workloads.test_jobs import Finished, Platform, platform
 

@@ -7,20 +7,20 @@ from typing import Any
 import pytest
 import torch
 
-from crucible.workloads.bpe import train_bpe
-from crucible.workloads.chat import DEFAULT_CHAT_TEMPLATE, encode_chat
-from crucible.workloads.checkpoint import DirectoryCheckpointer
-from crucible.workloads.config import DataConfig, TrainConfig, model_preset
-from crucible.workloads.data import collate, collate_rows, encode_sft
-from crucible.workloads.hf_model import build_hf_model
-from crucible.workloads.hf_tokenizer import HFTokenizer
-from crucible.workloads.model import build_model
-from crucible.workloads.model_spec import HFModelSource
-from crucible.workloads.records import ListRecords
-from crucible.workloads.shapes import encoder, split_text
-from crucible.workloads.tokenizer import ByteTokenizer
-from crucible.workloads.train import Trainer
-from crucible.workloads.train_data import StreamedRows
+from crucible.config.model_source import HFModelSource
+from crucible.config.workload import DataConfig, TrainConfig, model_preset
+from crucible.models.bpe import train_bpe
+from crucible.models.chat import DEFAULT_CHAT_TEMPLATE
+from crucible.models.gpt import build_model
+from crucible.models.hf import build_hf_model
+from crucible.models.hf_tokenizer import HFTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.training.checkpoint import DirectoryCheckpointer
+from crucible.training.data import collate, collate_rows, encode_sft
+from crucible.training.records import ListRecords
+from crucible.training.shapes import encode_chat, encoder, split_text
+from crucible.training.train import Trainer
+from crucible.training.train_data import StreamedRows
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_train import Preempted, PreemptedAfterSave
 

@@ -1,5 +1,5 @@
 """A team's own teacher, reward and eval suite, by import path, through the jobs as processes
-(`python -m crucible.workloads.jobs.*` against a real API server on SQLite), resolved from
+(`python -m crucible.jobs.*` against a real API server on SQLite), resolved from
 the run's workingDir as the executor starts it there (examples/team-code, the example of
 docs/workloads.md): teacher data -> a short SFT -> a
 rollout scored by the custom reward -> the custom suite on the checkpoint; and the bad
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from crucible.domain.specs import EvalPolicy, PolicyRef, RewardSpec
-from crucible.workloads.records import read_jsonl
+from crucible.training.records import read_jsonl
 from tests.workloads.test_jobs import Job, Platform, platform, server
 
 __all__ = ["platform", "server"]  # the fixtures, imported for this module

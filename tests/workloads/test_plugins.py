@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from crucible.config.parse import ConfigError
 from crucible.domain.specs import RolloutJobSpec
-from crucible.workloads.jobs import builtins
-from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.env import read_env
-from crucible.workloads.jobs.plugins import (
+from crucible.jobs import builtins
+from crucible.jobs.env import read_env
+from crucible.jobs.rollout import scoring_of
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.plugins import (
     ENVIRONMENT,
     EVAL_SUITE,
     REWARD,
@@ -30,10 +32,8 @@ from crucible.workloads.jobs.plugins import (
     checked_scores,
     resolve,
 )
-from crucible.workloads.jobs.prompts import build_prompts
-from crucible.workloads.jobs.rollout import scoring_of
-from crucible.workloads.tasks.arithmetic import solve
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.rollouts.prompts import build_prompts
+from crucible.tasks.arithmetic import solve
 
 TEAM_CODE = """
 import math

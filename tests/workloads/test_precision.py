@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from crucible.workloads.checkpoint import DirectoryCheckpointer
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.model_spec import HFModelSource, ModelSpec
-from crucible.workloads.numerics.emulated_linear import EmulatedLinear
-from crucible.workloads.train import Trainer
+from crucible.config.model_source import HFModelSource, ModelSpec
+from crucible.config.workload import TrainConfig, model_preset
+from crucible.training.checkpoint import DirectoryCheckpointer
+from crucible.training.precision.emulated_linear import EmulatedLinear
+from crucible.training.train import Trainer
 from tests.workloads.test_train import Preempted, PreemptedAfterSave
 
 TINY = model_preset("tiny")

@@ -11,7 +11,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from crucible.schemas.profiles import PHASES, ProfileSummary
-from crucible.workloads.profile_summary import (
+from crucible.training.profile_summary import (
     DATA_ANNOTATION,
     FORWARD_BACKWARD_ANNOTATION,
     OPTIMIZER_ANNOTATION,

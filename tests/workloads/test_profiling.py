@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from crucible.config.workload import TrainConfig, model_preset
 from crucible.domain.step_control import BetweenSteps, ProfileOrder
 from crucible.schemas.profiles import ProfileSummary
-from crucible.workloads.config import TrainConfig, model_preset
-from crucible.workloads.profiling import ProfileWindow, StepProfiler
-from crucible.workloads.train import Trainer
+from crucible.training.profiling import ProfileWindow, StepProfiler
+from crucible.training.train import Trainer
 
 TINY = model_preset("tiny")
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from crucible.workloads.records import (
+from crucible.training.records import (
     DataError,
     FileRecords,
     ListRecords,
@@ -16,7 +16,7 @@ from crucible.workloads.records import (
     data_files,
     write_jsonl,
 )
-from crucible.workloads.shapes import record_check
+from crucible.training.shapes import record_check
 
 RECORDS = [{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(23)]
 
@@ -111,7 +111,7 @@ def test_row_groups_past_the_cache_budget_are_decoded_again(
 ) -> None:
     """The cache is bounded: with no room beyond the group in use, a shuffled pass decodes a
     group again when its blocks are not consecutive."""
-    import crucible.workloads.records as records
+    import crucible.training.records as records
 
     monkeypatch.setattr(records, "ROW_GROUP_CACHE_BYTES", 0)
     path = write_parquet(tmp_path / "groups.parquet", RECORDS, row_group_size=6)

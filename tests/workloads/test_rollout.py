@@ -5,11 +5,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from crucible.workloads.config import RolloutConfig, model_preset
-from crucible.workloads.datagen import teach
-from crucible.workloads.model import build_model
-from crucible.workloads.records import read_jsonl
-from crucible.workloads.rollout import (
+from crucible.config.workload import RolloutConfig, model_preset
+from crucible.models.gpt import build_model
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.datagen import teach
+from crucible.rollouts.rollout import (
     ModelTeacher,
     generate,
     greedy_completions,
@@ -18,8 +18,8 @@ from crucible.workloads.rollout import (
     sample_next,
     write_trajectories,
 )
-from crucible.workloads.tasks.arithmetic import Problem, Teacher, exact_match_reward
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.tasks.arithmetic import Problem, Teacher, exact_match_reward
+from crucible.training.records import read_jsonl
 
 TOK = ByteTokenizer()
 PROMPTS = ["1+2=", "3+4=", "5+5="]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from crucible.workloads.jobs import shards as shards_module
-from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.shards import Shards
-from crucible.workloads.records import read_jsonl
+from crucible.config.parse import ConfigError
+from crucible.jobs import shards as shards_module
+from crucible.jobs.shards import Shards
+from crucible.training.records import read_jsonl
 
 
 def test_replicas_take_whole_waves_and_cover_every_prompt_once() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from crucible.workloads.rollout import generate
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.tokenizer import ByteTokenizer
+from crucible.rollouts.rollout import generate
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks" / "gpu"))
 from static_generator import StaticGenerator, top_p_mask

@@ -1,6 +1,6 @@
 """The byte tokenizer round-trips any text and keeps its special tokens apart from bytes."""
 
-from crucible.workloads.tokenizer import ByteTokenizer
+from crucible.models.tokenizer import ByteTokenizer
 
 
 def test_round_trip_ascii_and_unicode() -> None:

@@ -14,18 +14,18 @@ import yaml
 
 from crucible.artifacts import storage
 from crucible.artifacts.digest import content_of
+from crucible.config.parse import parse_config_object
 from crucible.domain.specs import TrainingRunManifest
+from crucible.models.hf_tokenizer import HFTokenizer
 from crucible.schemas.lineage import DatasetVersionCreate
-from crucible.workloads.chat import encode_chat
-from crucible.workloads.hf_tokenizer import HFTokenizer
-from crucible.workloads.jobs.config import parse_config_object
+from crucible.training.shapes import encode_chat
 from tests.workloads.test_data_jobs import conversation
 from tests.workloads.test_hf_model import SMALL
 from tests.workloads.test_jobs import Job, Platform, platform, server
 
 __all__ = ["platform", "server"]  # the fixtures, imported for this module
 
-COMMAND = ["python", "-m", "crucible.workloads.jobs.tokenizer"]
+COMMAND = ["python", "-m", "crucible.jobs.tokenizer"]
 VOCAB = 320
 
 

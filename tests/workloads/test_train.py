@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 import torch
 
-from crucible.workloads.checkpoint import DirectoryCheckpointer, Stateful
-from crucible.workloads.config import EvalConfig, RolloutConfig, TrainConfig, model_preset
-from crucible.workloads.evaluate import evaluate
-from crucible.workloads.records import read_jsonl
-from crucible.workloads.rollout import per_sample, rollout, write_trajectories
-from crucible.workloads.tasks.arithmetic import ArithmeticTask, exact_match_reward
-from crucible.workloads.train import Trainer
+from crucible.config.workload import EvalConfig, RolloutConfig, TrainConfig, model_preset
+from crucible.rollouts.evaluate import evaluate
+from crucible.rollouts.rollout import per_sample, rollout, write_trajectories
+from crucible.tasks.arithmetic import ArithmeticTask, exact_match_reward
+from crucible.training.checkpoint import DirectoryCheckpointer, Stateful
+from crucible.training.records import read_jsonl
+from crucible.training.train import Trainer
 
 TINY = model_preset("tiny")
 

@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for the type only: the job imports torch after checking the spec
-    from crucible.workloads.model_handle import ModelHandle
+    from crucible.extensions import ModelHandle
 
 
 def echo_teacher(prompts: Sequence[str], *, suffix: str) -> list[str]:

@@ -5,7 +5,7 @@ answers."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crucible.agents.protocol import Message, ToolResult, ToolSpec, Turn
+from crucible.extensions import Message, ToolResult, ToolSpec, Turn
 
 
 def reverse(text: str) -> str:

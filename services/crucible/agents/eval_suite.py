@@ -10,10 +10,10 @@ policy version's weights to how well they play.
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from crucible.workloads.jobs.config import ConfigError
+from crucible.config.parse import ConfigError
 
 if TYPE_CHECKING:
-    from crucible.workloads.model_handle import ModelHandle
+    from crucible.rollouts.model_handle import ModelHandle
 
 EVAL_TASK_SEED = 1_000_003
 """The tasks' default seed: not one of the seeds online RL draws its batches from
@@ -38,13 +38,12 @@ def environment_reward(
     episodes that ended because the environment said so, the turns and tool calls per
     episode, and the episodes that failed (an environment that raised, a tool that failed, a
     reward that was not a number)."""
-    from crucible.agents.health import FAILED_ENDS
     from crucible.agents.loading import load_environment
-    from crucible.agents.records import EndReason, summary
+    from crucible.agents.records import FAILED_ENDS, EndReason, summary
     from crucible.agents.runner import run_episodes
     from crucible.agents.sandbox import Sandbox
-    from crucible.agents.settings import EpisodeConfig
-    from crucible.engine.config import EngineConfig
+    from crucible.config.engine import EngineConfig
+    from crucible.config.online_rl import EpisodeConfig
     from crucible.engine.engine import Engine
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:

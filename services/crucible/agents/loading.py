@@ -1,5 +1,5 @@
 """An agent environment named by a built-in's name or an import path, with options: resolved
-and checked as the workloads' rewards and environments are (`workloads/jobs/plugins.py`).
+and checked as the workloads' rewards and environments are (`plugins.py`).
 
 The factory is called once at load time, so a bad option value (`digits: 0`) is a
 ConfigError naming the options field before any model loads; then once per episode.
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from crucible.agents.protocol import AgentEnvironment, ScriptedPolicy
-from crucible.workloads.jobs.config import ConfigError
-from crucible.workloads.jobs.plugins import Kind, Plugin, resolve
+from crucible.config.parse import ConfigError
+from crucible.plugins import Kind, Plugin, resolve
 
 AGENT_ENVIRONMENT = Kind(
     "agent environment",

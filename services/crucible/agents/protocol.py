@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 Message = dict[str, Any]
-"""A chat message, as `crucible.workloads.chat` renders it: {"role", "content"}, and "name"
+"""A chat message, as `crucible.models.chat` renders it: {"role", "content"}, and "name"
 on a tool message."""
 
 ScriptedPolicy = Callable[[Sequence[Message]], str]

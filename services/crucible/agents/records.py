@@ -32,6 +32,14 @@ class EndReason(enum.StrEnum):
     """The environment returned a reward that is not a finite number."""
 
 
+FAILED_ENDS = frozenset(
+    {EndReason.ENVIRONMENT_ERROR, EndReason.INVALID_REWARD, EndReason.TOOL_FAILED}
+)
+"""Ends that say nothing about the model's reply: such an episode is counted, not trained
+on. A truncation by the model's own doing (`max_turns`, `context_full`) is trained on
+with the reward it got."""
+
+
 @dataclass
 class ToolCallRecord:
     """One `<tool_call>` of an assistant message."""
@@ -109,7 +117,7 @@ class EpisodeRecord:
     """Calls that were not run: unparseable, unknown tool, arguments that do not fit."""
 
     policy: PolicyVersion | None = None
-    """The weights that sampled it, stamped by online RL (`agents/online.py`); None for a
+    """The weights that sampled it, stamped by online RL (`online_rl/loop.py`); None for a
     scripted policy, or a model outside online RL."""
 
     @property

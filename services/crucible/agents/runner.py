@@ -22,9 +22,9 @@ from crucible.agents.loading import EnvironmentSource
 from crucible.agents.protocol import ScriptedPolicy
 from crucible.agents.records import EndReason, EpisodeRecord
 from crucible.agents.sandbox import Sandbox, ToolRun
-from crucible.agents.settings import EpisodeConfig
+from crucible.config.online_rl import EpisodeConfig
 from crucible.engine.engine import Engine
-from crucible.workloads.chat import encode_chat_prompt
+from crucible.models.chat import encode_chat_prompt
 
 
 def run_episodes(

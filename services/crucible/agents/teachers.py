@@ -1,5 +1,5 @@
 """Scripted teachers: code that writes the assistant's messages in an agent environment, to
-make demonstrations to fine-tune a policy on before online RL (`workloads/jobs/episodes.py`).
+make demonstrations to fine-tune a policy on before online RL (`jobs/episodes.py`).
 
 A teacher is a factory, `teacher(**options)`, returning the policy: a function from the
 conversation so far (the messages as the runner keeps them: system with the tools, user,

@@ -4,7 +4,7 @@ gauge labelled by run that an alert of the chart watches: the mean GPU utilizati
 saturation (`crucible_run_numerics_saturated_share`, CrucibleRunNumericsSaturating).
 
 The run SDK logs `system/gpu/utilization` as an ordinary metric (`sdk/gpu_telemetry.py`),
-and the trainer `precision/saturated_max` (`workloads/precision.py`); the metrics route
+and the trainer `precision/saturated_max` (`training/precision/apply.py`); the metrics route
 hands each batch the API accepted to every `LatestRunValue.record`. The table lives in this
 process only: each API replica exports the batches it received, and the alert takes the
 max over replicas. A value is exported for `FRESH_SECONDS` after it arrived, so a run that

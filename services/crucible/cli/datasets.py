@@ -60,7 +60,7 @@ def datasets_register(
     that already holds it."""
     from crucible.artifacts import remote, storage
     from crucible.sdk.datasets import DatasetCorrupt, publish
-    from crucible.workloads.records import DataError
+    from crucible.training.records import DataError
 
     if re.fullmatch(DATASET_NAME_PATTERN, name) is None:
         raise typer.BadParameter(
@@ -257,8 +257,8 @@ def survey(path: Path) -> tuple[int, dict[str, Any]]:
     """The record count and schema of the dataset at `path`, from one pass over its files:
     its format, each field's types and, when the first record has one, its training shape.
     Raises DataError naming the file and line of a record that is not valid."""
-    from crucible.workloads.records import DataError, FileRecords, data_files
-    from crucible.workloads.shape_of import detect_shape
+    from crucible.training.records import DataError, FileRecords, data_files
+    from crucible.training.shape_of import detect_shape
 
     files = data_files(path)
     seen = RecordSurvey()

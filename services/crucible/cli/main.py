@@ -344,10 +344,10 @@ def checkpoints_export(
 ) -> None:
     """Write a checkpoint as a Hugging Face model directory (config.json, safetensors,
     tokenizer), loadable by transformers and as `model: {hf: {path: ...}}`."""
+    from crucible.config.parse import ConfigError
+    from crucible.jobs.exports import export_checkpoint
     from crucible.sdk.artifacts import ArtifactCorrupt
     from crucible.sdk.checkpoint import CheckpointError
-    from crucible.workloads.jobs.config import ConfigError
-    from crucible.workloads.jobs.exports import export_checkpoint
 
     with client() as api:
         try:

@@ -14,8 +14,8 @@ import typer
 
 from crucible.cli.common import ProjectOpt, client
 from crucible.cli.output import console
+from crucible.config.engine import ServeLimits
 from crucible.domain.errors import CrucibleError
-from crucible.engine.config import ServeLimits
 from crucible.settings import DEFAULT_PROJECT, Settings, load_settings
 
 API_KEY_ENV = "CRUCIBLE_SERVE_API_KEY"
@@ -61,15 +61,15 @@ def serve_checkpoint(
     import torch
     import uvicorn
 
+    from crucible.config.engine import EngineConfig
+    from crucible.config.parse import ConfigError
     from crucible.engine.async_engine import AsyncEngine
-    from crucible.engine.config import EngineConfig
-    from crucible.engine.control_plane_tokens import ControlPlaneTokens
     from crucible.engine.engine import Engine
-    from crucible.engine.server import create_engine_app
+    from crucible.jobs.checkpoints import load_model
     from crucible.sdk.checkpoint import CheckpointError
     from crucible.sdk.reader import CheckpointReader
-    from crucible.workloads.jobs.checkpoints import load_model
-    from crucible.workloads.jobs.config import ConfigError
+    from crucible.serving.openai.app import create_engine_app
+    from crucible.serving.openai.control_plane_tokens import ControlPlaneTokens
 
     settings = load_settings()
     if crucible_tokens:

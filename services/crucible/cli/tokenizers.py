@@ -35,12 +35,12 @@ def tokenizers_train(
     """Train a byte-level BPE tokenizer on the datasets' text (digest-checked) and register
     the directory as a tokenizer artifact derived from them; `config.model.tokenizer:
     "artifact:<name>"` then uses it."""
+    from crucible.config.parse import ConfigError
+    from crucible.config.workload import DataConfig, TokenizerConfig
+    from crucible.jobs.tokenizer import train_from_files
     from crucible.sdk.artifacts import publish
     from crucible.sdk.datasets import DatasetCorrupt, fetch
-    from crucible.workloads.config import DataConfig, TokenizerConfig
-    from crucible.workloads.jobs.config import ConfigError
-    from crucible.workloads.jobs.tokenizer import train_from_files
-    from crucible.workloads.records import DataError, data_files
+    from crucible.training.records import DataError, data_files
 
     if shape not in ("auto", "text", "prompt_completion", "chat"):
         raise typer.BadParameter(

@@ -2,7 +2,7 @@
 carry them to the workload and their progress back (domain/profile_requests.py).
 
 Only the built-in train job answers them: its trainer takes the request at a step boundary
-(workloads/train.py). Any other workload would leave the request pending for ever, so the
+(training/train.py). Any other workload would leave the request pending for ever, so the
 request is refused up front, saying why.
 """
 
@@ -18,7 +18,7 @@ from crucible.domain.errors import Conflict, NotFound
 from crucible.domain.profile_requests import ProfileRequestState
 from crucible.schemas.profiles import ProfileProgress, ProfileRequestPublic
 
-TRAIN_JOB = "crucible.workloads.jobs.train"
+TRAIN_JOB = "crucible.jobs.train"
 """The workload whose trainer takes profile requests (`reference_workload`)."""
 
 OPEN_STATES = (ProfileRequestState.pending.value, ProfileRequestState.started.value)

@@ -29,15 +29,15 @@ def reference_workload(kind: str, spec: dict[str, Any]) -> str:
     """The module of the reference workload that runs a spec without a command."""
     if kind == "train":
         if "online" in (spec.get("config") or {}):
-            return "crucible.workloads.jobs.online_rl"
-        return "crucible.workloads.jobs.train"
+            return "crucible.jobs.online_rl"
+        return "crucible.jobs.train"
     if kind == "eval":
-        return "crucible.workloads.jobs.eval"
+        return "crucible.jobs.eval"
     if "episodes" in (spec.get("config") or {}):
-        return "crucible.workloads.jobs.episodes"
+        return "crucible.jobs.episodes"
     if (spec.get("policy") or {}).get("teacher"):
-        return "crucible.workloads.jobs.datagen"
-    return "crucible.workloads.jobs.rollout"
+        return "crucible.jobs.datagen"
+    return "crucible.jobs.rollout"
 
 
 def workload_env(

@@ -16,7 +16,7 @@ TABLE_SUFFIX = ".txt"
 TRACE_SUFFIX = ".trace.json.gz"
 """The Chrome/Perfetto trace, gzipped."""
 SUMMARY_SUFFIX = ".summary.json"
-"""`crucible.workloads.profile_summary`'s reading of the trace: top kernels, time split."""
+"""`crucible.training.profile_summary`'s reading of the trace: top kernels, time split."""
 
 # Digits only, without leading zeros, so that one profile has one name and a name can never
 # reach outside the profile directory. Ranks fit 32 bits, steps 64.

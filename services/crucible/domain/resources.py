@@ -60,3 +60,15 @@ def reserved_tag(key: str) -> bool:
 # A workload that saved its checkpoint on SIGTERM exits with this (128 + SIGTERM); the
 # backends read it as "preempted", not as a failure.
 PREEMPTED_EXIT_CODE = 143
+
+# Online RL with generator pods: the operator sets these on a run's pods, the trainer and
+# the generator processes read them.
+GENERATOR_ENDPOINTS_ENV = "CRUCIBLE_GENERATOR_ENDPOINTS"
+"""The directory of the attempt's generator addresses; set on every pod of a run with
+generator pods."""
+
+GENERATOR_INDEX_ENV = "CRUCIBLE_GENERATOR_INDEX"
+"""On a generator pod: which generator it is, 0 up."""
+
+POD_IP_ENV = "POD_IP"
+"""On a generator pod: its address (the downward API's status.podIP)."""

@@ -1,5 +1,5 @@
 """What a training loop learns between two steps from the run it serves, and what it tells
-back: the seam between the trainer (`workloads/train.py`) and the run SDK
+back: the seam between the trainer (`training/train.py`) and the run SDK
 (`sdk/step_control.py`), as `Checkpointer` is for checkpoints."""
 
 from dataclasses import dataclass

@@ -13,8 +13,8 @@ import threading
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
+from crucible.config.sampling import SamplingParams
 from crucible.engine.engine import Engine, EngineStats
-from crucible.engine.params import SamplingParams
 from crucible.engine.sequence import FinishReason, TokenLogprob
 
 log = logging.getLogger("crucible.engine")

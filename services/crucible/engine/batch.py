@@ -8,11 +8,11 @@ longest.
 
 from collections.abc import Sequence
 
-from crucible.engine.config import EngineConfig
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import SamplingParams
 from crucible.engine.engine import Engine, RequestOutput
-from crucible.engine.params import SamplingParams
-from crucible.workloads.hf_model import LanguageModel
-from crucible.workloads.tokenizer import Tokenizer
+from crucible.models.hf import LanguageModel
+from crucible.models.tokenizer import Tokenizer
 
 BLOCK_SIZE = 16
 

@@ -16,19 +16,19 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
+from crucible.config.engine import EngineConfig
+from crucible.config.sampling import InvalidParameter, SamplingParams
 from crucible.engine.blocks import BlockPool
-from crucible.engine.config import EngineConfig
 from crucible.engine.decode_batch import decode_batch
 from crucible.engine.decode_graphs import DecodeGraphs
 from crucible.engine.in_flight import InFlight
 from crucible.engine.models import build_runner, bytes_per_block
-from crucible.engine.params import InvalidParameter, SamplingParams
 from crucible.engine.runner import ForwardBatch
 from crucible.engine.sampler import SamplingRows, sample
 from crucible.engine.scheduler import Plan, Scheduler
 from crucible.engine.sequence import FinishReason, Sequence, Status, TokenLogprob
-from crucible.workloads.hf_model import LanguageModel
-from crucible.workloads.tokenizer import Tokenizer
+from crucible.models.hf import LanguageModel
+from crucible.models.tokenizer import Tokenizer
 
 
 @dataclass

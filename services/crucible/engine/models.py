@@ -3,8 +3,8 @@ causal LM's (`paged_hf.py`, which imports transformers, so only when one is aske
 
 from crucible.engine.paged_gpt import PagedGPT
 from crucible.engine.runner import ModelRunner
-from crucible.workloads.hf_model import HFCausalLM, LanguageModel
-from crucible.workloads.model import GPT
+from crucible.models.gpt import GPT
+from crucible.models.hf import HFCausalLM, LanguageModel
 
 
 def bytes_per_block(model: LanguageModel, block_size: int) -> int:

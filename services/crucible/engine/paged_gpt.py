@@ -16,7 +16,7 @@ from torch import Tensor
 
 from crucible.engine.paged_attention import decode_attention
 from crucible.engine.runner import ForwardBatch
-from crucible.workloads.model import GPT, Block
+from crucible.models.gpt import GPT, Block
 
 
 class PagedGPT:

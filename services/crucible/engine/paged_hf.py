@@ -30,7 +30,7 @@ from transformers import AttentionInterface, PreTrainedConfig
 
 from crucible.engine.paged_attention import decode_attention
 from crucible.engine.runner import ForwardBatch
-from crucible.workloads.hf_model import HFCausalLM
+from crucible.models.hf import HFCausalLM
 
 PAGED_ATTENTION = "crucible_paged"
 """The name the paged attention function is registered under in transformers."""

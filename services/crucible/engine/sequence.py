@@ -3,7 +3,7 @@
 import enum
 from dataclasses import dataclass, field
 
-from crucible.engine.params import SamplingParams
+from crucible.config.sampling import SamplingParams
 
 
 class Status(enum.Enum):

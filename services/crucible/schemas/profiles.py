@@ -35,7 +35,7 @@ class PhaseTime(PublicModel):
 
 
 class ProfileSummary(PublicModel):
-    """Where the profiled steps' time went (crucible.workloads.profile_summary explains the
+    """Where the profiled steps' time went (crucible.training.profile_summary explains the
     rules)."""
 
     timeline: Literal["gpu", "cpu"] = Field(

@@ -502,7 +502,7 @@ class CheckpointStore:
 
 class RunCheckpointer:
     """A training loop's checkpointer on a run's `CheckpointStore` (`Run.checkpointer()`),
-    the `save` / `wait` / `load` that `crucible.workloads.checkpoint.Checkpointer` asks for:
+    the `save` / `wait` / `load` that `crucible.training.checkpoint.Checkpointer` asks for:
     every save registered with `meta`, resuming from CRUCIBLE_RESUME_FROM or the run's latest.
 
     With `async_save`, `save` returns once the state is copied to host memory; the store

@@ -10,7 +10,7 @@ for little more than building the dict it logs.
 
 Utilization is NVML's: the share of the driver's last sample period (1/6 s to 1 s by
 product) in which at least one kernel ran. It says the GPU was busy, not how much of it
-was: a single small kernel reads as 100%. MFU (`workloads/flops.py`) says the rest.
+was: a single small kernel reads as 100%. MFU (`training/flops.py`) says the rest.
 """
 
 import logging

@@ -204,7 +204,7 @@ class Run:
     def checkpointer(
         self, *, meta: dict[str, Any] | None = None, async_save: bool = False
     ) -> RunCheckpointer:
-        """A training loop's checkpointer on this run (what `crucible.workloads.train.Trainer`
+        """A training loop's checkpointer on this run (what `crucible.training.train.Trainer`
         takes): `save_checkpoint` with `meta` and `async_save` fixed, `load_checkpoint` and
         `wait_for_checkpoint`, as an object."""
         return RunCheckpointer(
@@ -244,7 +244,7 @@ class Run:
         return self._preemption.is_set
 
     def step_control(self) -> RunStepControl:
-        """A training loop's `StepControl` on this run (what `crucible.workloads.train.Trainer`
+        """A training loop's `StepControl` on this run (what `crucible.training.train.Trainer`
         takes): before every step, `should_checkpoint()` and the run's live profile request
         (`crucible runs profile`) in one collective; the request's progress goes back with
         the heartbeats, so it needs them (an attempt, and a heartbeat interval above 0)."""

@@ -6,7 +6,7 @@ runs, and a trial's point applied to the base run's config.
       config.train.batch_size: {values: [16, 32, 64]}          # a choice
       config.train.warmup_steps: {min: 0, max: 100}             # integers when both ends are
 
-A path names a key of the run's config as the job validates it (`workloads/jobs/config.py`'s
+A path names a key of the run's config as the job validates it (`config/parse.py`'s
 sections); one it does not know is refused with the path named, and so is a range that no
 value can satisfy. Every point the sampler draws is then checked as a whole run config, so
 a value a field refuses (a negative learning rate in a range that allows one) fails the
@@ -21,8 +21,8 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from crucible.config.parse import SECTIONS, ConfigError, parse_config_object
 from crucible.domain.specs import MAX_SWEEP_PARAMETERS, MAX_SWEEP_VALUES
-from crucible.workloads.jobs.config import SECTIONS, ConfigError, parse_config_object
 
 PREFIX = "config."
 

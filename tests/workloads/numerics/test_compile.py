@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from crucible.workloads.fp8_scaled import convert_to_scaled_float8
-from crucible.workloads.numerics.emulated_linear import (
+from crucible.training.precision.emulated_linear import (
     convert_to_emulated,
     load_rounding_states,
     rounding_states,
 )
-from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
-from crucible.workloads.numerics.telemetry import OPERANDS
+from crucible.training.precision.fp8_scaled import convert_to_scaled_float8
+from crucible.training.precision.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
+from crucible.training.precision.telemetry import OPERANDS
 
 
 def _model(kind: str) -> nn.Module:
@@ -122,7 +122,7 @@ def test_importing_the_trainer_loads_no_triton() -> None:
     through compiled_rounding.py's module level ended its log with that report instead of
     its own error (tests/workloads/test_environment_jobs.py failed on it)."""
     probe = (
-        "import sys; import crucible.workloads.train, crucible.workloads.rollout; "
+        "import sys; import crucible.training.train, crucible.rollouts.rollout; "
         "print('triton' in sys.modules)"
     )
     loaded = subprocess.run(

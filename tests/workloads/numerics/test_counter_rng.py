@@ -3,8 +3,8 @@ stream per key, and unbiased stochastic rounding when NVFP4 draws from them."""
 
 import torch
 
-from crucible.workloads.numerics import counter_rng
-from crucible.workloads.numerics.nvfp4 import fake_quantize_nvfp4
+from crucible.training.precision import counter_rng
+from crucible.training.precision.nvfp4 import fake_quantize_nvfp4
 
 
 def lowbias32(x: int) -> int:

@@ -6,13 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from crucible.workloads.config import model_preset
-from crucible.workloads.model import build_model
-from crucible.workloads.numerics.emulated_linear import EmulatedLinear, convert_to_emulated
-from crucible.workloads.numerics.mxfp8 import fake_quantize_mxfp8
-from crucible.workloads.numerics.nvfp4 import quantize_nvfp4
-from crucible.workloads.numerics.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
-from crucible.workloads.numerics.telemetry import OPERANDS, STATS, numerics_stats
+from crucible.config.workload import model_preset
+from crucible.models.gpt import build_model
+from crucible.training.precision.emulated_linear import EmulatedLinear, convert_to_emulated
+from crucible.training.precision.mxfp8 import fake_quantize_mxfp8
+from crucible.training.precision.nvfp4 import quantize_nvfp4
+from crucible.training.precision.recipes import MXFP8Recipe, NVFP4Recipe, OperandQuantizer
+from crucible.training.precision.telemetry import OPERANDS, STATS, numerics_stats
 
 RECIPES = {
     "mxfp8": MXFP8Recipe(),

@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from crucible.workloads.fp8_scaled import (
+from crucible.training.precision import reference
+from crucible.training.precision.fp8_scaled import (
     ScaledFloat8Linear,
     convert_to_scaled_float8,
     scaled_float8_stats,
 )
-from crucible.workloads.numerics import reference
-from crucible.workloads.numerics.fp8_scaling import TILE, Granularity, quantize
-from crucible.workloads.numerics.scaled_matmul import SUPPORTED, pad_reduction, scaled_matmul
+from crucible.training.precision.fp8_scaling import TILE, Granularity, quantize
+from crucible.training.precision.scaled_matmul import SUPPORTED, pad_reduction, scaled_matmul
 
 BF16_UNIT_ROUNDOFF = 2.0**-8
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from crucible.workloads.numerics.hadamard import apply_hadamard, hadamard_matrix, random_hadamard
+from crucible.training.precision.hadamard import apply_hadamard, hadamard_matrix, random_hadamard
 
 
 def test_the_transform_is_orthonormal_with_seeded_signs() -> None:

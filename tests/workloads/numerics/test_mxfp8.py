@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from crucible.workloads.numerics import reference
-from crucible.workloads.numerics.mxfp8 import ELEMENT_MAX, fake_quantize_mxfp8, quantize_mxfp8
+from crucible.training.precision import reference
+from crucible.training.precision.mxfp8 import ELEMENT_MAX, fake_quantize_mxfp8, quantize_mxfp8
 
 ELEMENTS = ("e4m3", "e5m2")
 ROUNDINGS = ("floor", "ceil")

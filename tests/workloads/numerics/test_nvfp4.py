@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from crucible.workloads.numerics import reference
-from crucible.workloads.numerics.nvfp4 import fake_quantize_nvfp4, quantize_nvfp4
+from crucible.training.precision import reference
+from crucible.training.precision.nvfp4 import fake_quantize_nvfp4, quantize_nvfp4
 
 
 def _normal(g: torch.Generator) -> torch.Tensor:

@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from crucible.workloads.numerics.emulated_linear import EmulatedLinear
-from crucible.workloads.numerics.recipes import MXFP8Recipe
-from crucible.workloads.numerics.telemetry import numerics_stats
+from crucible.training.precision.emulated_linear import EmulatedLinear
+from crucible.training.precision.recipes import MXFP8Recipe
+from crucible.training.precision.telemetry import numerics_stats
 
 
 def _input_with_an_outlier() -> torch.Tensor:

@@ -2948,7 +2948,7 @@ export interface components {
         ProfileRequestState: "pending" | "started" | "done";
         /**
          * ProfileSummary
-         * @description Where the profiled steps' time went (crucible.workloads.profile_summary explains the
+         * @description Where the profiled steps' time went (crucible.training.profile_summary explains the
          *     rules).
          */
         ProfileSummary: {

@@ -4,9 +4,9 @@ import type { MetricSeries } from '../api/client';
 
 // What a low-precision run logs per Linear layer every `fp8_stats_every` steps
 // (docs/workloads.md, `precision`): an fp8 run its amax and, with per-tensor scaling, its
-// scales (services/crucible/workloads/fp8.py FP8_STAT_NAMES; fp8_scaled.py STAT_NAMES for row
+// scales (services/crucible/training/precision/fp8.py FP8_STAT_NAMES; fp8_scaled.py STAT_NAMES for row
 // and block scaling), an emulated mxfp8/nvfp4 run each GEMM operand's amax and the share of it
-// that saturated or underflowed (workloads/numerics/telemetry.py). Both log each layer's
+// that saturated or underflowed (training/precision/telemetry.py). Both log each layer's
 // forward GEMM error against bf16's, `<prefix><layer>/matmul_rel_error`, and its largest over
 // the layers as MATMUL_ERROR_MAX_KEY.
 export const EMULATED_PREFIX = 'numerics/';

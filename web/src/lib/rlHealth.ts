@@ -2,7 +2,7 @@ import type { MetricSeries } from '../api/client';
 import { duration } from '../format';
 
 // What an online RL run logs at the step of each round (RoundHealth.metrics in
-// services/crucible/agents/health.py, under `rl/`), of which the RL health section reads these.
+// services/crucible/online_rl/health.py, under `rl/`), of which the RL health section reads these.
 const TIME_KEYS = {
   wall: 'rl/wall_s',
   generate: 'rl/generate_s',

@@ -1,0 +1,1 @@
+"""Fronts over the serving engine."""
