@@ -56,7 +56,8 @@ def wait_revoked(stack: Stack, namespace: str, run_id: int, token: str) -> None:
     stack.wait_for(
         f"run {run_id}'s token refused", lambda: answers(stack, token, f"/runs/{run_id}") == 401
     )
-    assert all(t["revoked_at"] for t in run_tokens(stack, run_id)), run_tokens(stack, run_id)
+    tokens = run_tokens(stack, run_id)
+    assert tokens and all(t["revoked_at"] for t in tokens), tokens
     stack.wait_for(
         "its Secret gone",
         lambda: secret_token(namespace, naming.run_token_secret(run_id)) is None,
@@ -109,6 +110,8 @@ def test_a_deleted_resource_and_a_restarted_operator_leave_no_live_token(
         run["id"]: secret_token(ns, naming.run_token_secret(run["id"]))
         for run in (restarted, deleted)
     }
+    assert all(tokens.values()), tokens
+    assert token_ref(restarted_pod)["name"] == naming.run_token_secret(restarted["id"])
 
     stack.operator.kill()
     stack.operator.start()
@@ -118,7 +121,8 @@ def test_a_deleted_resource_and_a_restarted_operator_leave_no_live_token(
 
     h.kubectl("delete", "tr", "deleted", "--wait=true", "--timeout=60s", namespace=ns)
     assert answers(stack, str(tokens[deleted["id"]]), f"/runs/{deleted['id']}") == 401
-    assert all(t["revoked_at"] for t in run_tokens(stack, deleted["id"]))
+    tokens_left = run_tokens(stack, deleted["id"])
+    assert tokens_left and all(t["revoked_at"] for t in tokens_left), tokens_left
 
 
 def test_a_run_that_ended_while_no_operator_ran_has_its_token_revoked_at_start(
