@@ -111,8 +111,9 @@ async def register(ctx: OperatorContext, body: Mapping[str, Any]) -> RunPublic:
 
 
 async def ensure_token_secret(ctx: OperatorContext, namespace: str, project: str) -> None:
-    """The Secret workload pods read CRUCIBLE_TOKEN from: a project-scoped editor token,
-    created once per namespace. The operator may read only Secrets of this one name."""
+    """The Secret served models' pods read CRUCIBLE_TOKEN from: a project-scoped editor
+    token, created once per namespace (a run's pods get one of the run's own, run_tokens.py).
+    The operator may read only Secrets of this one name."""
     if namespace in ctx.namespaces.token_secrets:
         return
     name = ctx.options.token_secret

@@ -525,9 +525,10 @@ OPERATOR_ALLOWED: dict[str, set[str]] = {
     "namespaces": {"get", "list", "watch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "clusterkopfpeerings.kopf.dev": {"get", "list", "watch", "patch"},
-    # Only create: reading is allowed for the workload token's name alone (checked below),
-    # and an admission policy limits what it may create.
-    "secrets": {"create"},
+    # Create and delete: reading is allowed for the served models' token name alone
+    # (checked below), and an admission policy limits what it may create and delete (each
+    # run's token Secret, and that one).
+    "secrets": {"create", "delete"},
 }
 # What a compromised operator must not reach.
 NOTHING_ALLOWED = (
@@ -627,6 +628,7 @@ def test_operator_may_do_exactly_what_it_needs(installed: Release) -> None:
     assert not can_i(sa, "list", "secrets", "default")
     assert not can_i(sa, "get", "secrets", "default", name="postgres-credentials")
     assert can_i(sa, "get", "secrets", "default", name="crucible-workload-token")
+    assert not can_i(sa, "get", "secrets", "default", name="crucible-run-12-token")
     assert can_i(sa, "create", "pods", "default")
     assert can_i(sa, "patch", "trainingruns.crucible.dev/status", "default")
     assert not can_i(sa, "create", "trainingruns.crucible.dev", "default")
@@ -646,16 +648,23 @@ def test_operator_may_do_exactly_what_it_needs(installed: Release) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_operator_may_create_only_the_workload_token_secret(installed: Release) -> None:
-    sa = f"system:serviceaccount:{installed.namespace}:crucible-operator"
+def test_operator_may_create_and_delete_only_token_secrets(installed: Release) -> None:
+    ns = installed.namespace
+    sa = f"system:serviceaccount:{ns}:crucible-operator"
 
-    def create_as_operator(name: str, type_: str = "Opaque", **annotations: str) -> str:
+    def create_as_operator(
+        name: str,
+        type_: str = "Opaque",
+        *,
+        data: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> str:
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "annotations": annotations},
+            "metadata": {"name": name, "annotations": annotations or {}},
             "type": type_,
-            "data": {"token": "dG9rZW4="},
+            "data": data or {"token": "dG9rZW4="},
         }
         proc = h.kubectl_result(
             "create",
@@ -676,13 +685,29 @@ def test_operator_may_create_only_the_workload_token_secret(installed: Release) 
         message="the admission policy to deny a Secret of another name",
     )
     assert 'not Opaque Secret "db-credentials"' in denied
-    stolen = create_as_operator(
-        "crucible-workload-token",
-        "kubernetes.io/service-account-token",
-        **{"kubernetes.io/service-account.name": "default"},
+    for name in ("crucible-workload-token", "crucible-run-12-token"):
+        stolen = create_as_operator(
+            name,
+            "kubernetes.io/service-account-token",
+            annotations={"kubernetes.io/service-account.name": "default"},
+        )
+        assert "may only create Opaque Secrets" in stolen
+        assert "created (server dry run)" in create_as_operator(name)
+    assert "may only create" in create_as_operator("crucible-run-12-token-x")
+    assert "may only create" in create_as_operator("crucible-run-x-token")
+    extra = {"token": "dG9rZW4=", "aws-key": "a2V5"}
+    assert "may only create" in create_as_operator("crucible-run-12-token", data=extra)
+
+    # Deleting: a run's token Secret, nothing else (the Secrets exist: made by an admin).
+    for name in ("db-credentials", "crucible-run-13-token"):
+        h.kubectl("create", "secret", "generic", name, "--from-literal=k=v", namespace=ns)
+    as_operator = ("delete", "secret", "--dry-run=server", f"--as={sa}", "-n", ns)
+    kept = h.kubectl_result(*as_operator, "db-credentials")
+    assert 'may only delete Secrets "crucible-run-<run id>-token", not "db-credentials"' in (
+        kept.stderr
     )
-    assert "may only create the Opaque Secret" in stolen
-    assert "created (server dry run)" in create_as_operator("crucible-workload-token")
+    gone = h.kubectl_result(*as_operator, "crucible-run-13-token")
+    assert gone.returncode == 0, gone.stderr
 
 
 def test_control_plane_and_workers_may_only_touch_runs_and_promote(installed: Release) -> None:

@@ -172,7 +172,7 @@ def operator(
         typer.Option(help="Control-plane URL as pods reach it; default: CRUCIBLE_API_URL."),
     ] = None,
     token_secret: Annotated[
-        str, typer.Option(help="Secret (per namespace, key `token`) workload pods read.")
+        str, typer.Option(help="Secret (per namespace, key `token`) served models' pods read.")
     ] = "crucible-workload-token",  # noqa: S107 - a Secret name, not a secret
     storage_claim: Annotated[
         str | None,
