@@ -43,7 +43,8 @@ PRECISIONS = {
 """The names --precisions takes and the train fields each sets (fp32: the CPU's bf16 run,
 which autocasts only on a GPU)."""
 FINAL = 20
-"""Final loss: the mean of this many last steps, as the GPU study's."""
+"""Final loss: the mean of this many last steps, as the GPU study's (`--final` for a short
+check of the script itself)."""
 RESULTS = Path(__file__).parent / "results" / "numerics_seeds.json"
 
 
@@ -53,8 +54,8 @@ def losses(precision: str, seed: int, steps: int, records: list[dict[str, str]])
     )
 
 
-def final(run: list[float]) -> float:
-    return sum(run[-FINAL:]) / FINAL
+def final(run: list[float], last: int) -> float:
+    return sum(run[-last:]) / last
 
 
 def summary(runs: list[dict[str, Any]], precisions: list[str]) -> dict[str, Any]:
@@ -111,9 +112,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=seeds, default=list(SEEDS))
     parser.add_argument("--precisions", type=names, default=list(PRECISIONS))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--final", type=int, default=FINAL, help="steps the final loss averages")
     args = parser.parse_args()
-    if args.steps < FINAL:
-        parser.error(f"--steps {args.steps}: the final loss is the mean of the last {FINAL}")
+    if not 1 <= args.final <= args.steps:
+        parser.error(
+            f"--steps {args.steps}: the final loss is the mean of the last {args.final} "
+            "(--final), which must be at least 1 and at most --steps"
+        )
     records = text_records(num_docs=400, rows_per_doc=1)
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
@@ -127,7 +132,7 @@ def main() -> None:
                     "precision": precision,
                     "seed": seed,
                     "seconds": round(time.monotonic() - start),
-                    "final_loss": round(final(run), 5),
+                    "final_loss": round(final(run, args.final), 5),
                     "losses": run,
                 }
             )
@@ -136,7 +141,13 @@ def main() -> None:
                 "name": "numerics_seeds",
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "machine": torch_cpu_machine(),
-                "config": {"model": LLAMA, "steps": args.steps, "lr": LR, "seeds": args.seeds},
+                "config": {
+                    "model": LLAMA,
+                    "steps": args.steps,
+                    "final": args.final,
+                    "lr": LR,
+                    "seeds": args.seeds,
+                },
                 "results": {"summary": summary(runs, args.precisions), "runs": runs},
             }
             # Rewritten after every run, so a stopped study keeps what ended.

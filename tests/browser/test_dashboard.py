@@ -5,11 +5,14 @@ test needs only web/node_modules (`npm ci` in web/) and `apt-get install chromiu
 Set CRUCIBLE_SCREENSHOT_DIR to keep the screenshots; otherwise they go to pytest's tmp_path.
 """
 
+import fcntl
+import hashlib
 import json
 import math
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -250,22 +253,51 @@ def _prepare(tmp_path: Path) -> tuple[Path, Path]:
     into `tmp_path`, the screenshots' folder (CRUCIBLE_SCREENSHOT_DIR, else a temporary one)
     and an empty folder `server` for the server's home."""
     _require_tools()
-    dist = _build_dashboard(tmp_path / "dist")
+    dist = _build_dashboard()
     screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
     screenshots.mkdir(parents=True, exist_ok=True)
     (tmp_path / "server").mkdir()
     return dist, screenshots
 
 
-def _build_dashboard(dist: Path) -> Path:
-    build = subprocess.run(
-        [str(WEB / "node_modules" / ".bin" / "vite"), "build", f"--outDir={dist}"],
-        cwd=WEB,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert build.returncode == 0, build.stdout + build.stderr
+# What `vite build` reads: the build is a function of these, so the browser tests (and
+# pytest-xdist's workers) share one build per content instead of running a minute-long
+# build each.
+_BUILD_INPUTS = (
+    "src",
+    "index.html",
+    "package.json",
+    "package-lock.json",
+    "vite.config.ts",
+    "tsconfig.json",
+)
+
+
+def _build_dashboard() -> Path:
+    """The dashboard built from web/'s current sources, once per content."""
+    digest = hashlib.sha256()
+    for name in _BUILD_INPUTS:
+        path = WEB / name
+        for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if file.is_file():
+                digest.update(f"{file.relative_to(WEB)}\0".encode() + file.read_bytes())
+    builds = Path(tempfile.gettempdir()) / "crucible-dashboard-builds"
+    builds.mkdir(exist_ok=True)
+    dist = builds / digest.hexdigest()[:20]
+    with (builds / f"{dist.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build, however many workers ask at once
+        if not (dist / "index.html").exists():
+            partial = builds / f"{dist.name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            build = subprocess.run(
+                [str(WEB / "node_modules" / ".bin" / "vite"), "build", f"--outDir={partial}"],
+                cwd=WEB,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            assert build.returncode == 0, build.stdout + build.stderr
+            partial.rename(dist)
     return dist
 
 
@@ -273,7 +305,7 @@ def _build_dashboard(dist: Path) -> Path:
 @pytest.mark.timeout(660)
 def test_sign_in_browse_to_a_run_and_see_its_charts(tmp_path: Path) -> None:
     _require_tools()
-    dist = _build_dashboard(tmp_path / "dist")
+    dist = _build_dashboard()
     screenshots = Path(os.environ.get("CRUCIBLE_SCREENSHOT_DIR") or tmp_path / "screenshots")
 
     (tmp_path / "server").mkdir()
@@ -389,7 +421,7 @@ def _seed_rl(server: LocalServer) -> tuple[int, int]:
 @pytest.mark.timeout(660)
 def test_an_online_rl_run_shows_where_its_rounds_spent_their_time(tmp_path: Path) -> None:
     _require_tools()
-    dist = _build_dashboard(tmp_path / "dist")
+    dist = _build_dashboard()
     (tmp_path / "server").mkdir()
     with local_server(tmp_path / "server") as server:
         rl_run, plain_run = _seed_rl(server)
