@@ -38,7 +38,7 @@ from crucible_operator import cluster_writes, gang, outcome, pods, registration,
 from crucible_operator.context import OperatorContext
 from crucible_operator.facts import PodFacts, demand_of
 from crucible_operator.run_view import RunView
-from crucible_operator.status import Condition, build_status, changed
+from crucible_operator.status import Condition, aware, build_status, changed
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class Pass:
             if run.phase is not Phase.Scheduling:
                 return POLL_WAITING
             if run.next_attempt_at is not None:
-                due = _aware(run.next_attempt_at)
+                due = aware(run.next_attempt_at)
                 if due > datetime.now(UTC):
                     return min(max((due - datetime.now(UTC)).total_seconds(), 0.1), POLL_WAITING)
         project = await registration.project_for(self.ctx, self.meta["namespace"])
@@ -469,7 +469,3 @@ def _refused_status(message: str) -> dict[str, Any]:
             }
         ],
     }
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

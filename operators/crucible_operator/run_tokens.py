@@ -31,6 +31,7 @@ from crucible.domain.enums import Phase, Role
 from crucible.schemas.tenancy import TokenCreate, TokenCreated
 from crucible_operator import naming
 from crucible_operator.context import OperatorContext
+from crucible_operator.status import aware
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ async def _live_tokens(ctx: OperatorContext) -> list[tuple[int, int]]:
         match = naming.RUN_TOKEN_NAME.match(token.name)
         if match is None or token.revoked_at is not None or token.project_id is None:
             continue
-        if token.expires_at is not None and _aware(token.expires_at) <= now:
+        if token.expires_at is not None and aware(token.expires_at) <= now:
             continue
         out.append((int(match.group(1)), token.id))
     return out
@@ -206,7 +207,3 @@ async def _put_secret(ctx: OperatorContext, owner: kopf.Body, run_id: int, token
         if exc.status.code != 404:
             raise
     await ctx.kube.create(codecs.from_dict(secret))
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -21,12 +21,15 @@ class Condition:
     message: str = ""
 
 
+def aware(moment: datetime) -> datetime:
+    """`moment` with a time zone: a naive time from the API means UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def _stamp(moment: datetime | None) -> str | None:
     if moment is None:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return aware(moment).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition_reason(reason: str) -> str:
